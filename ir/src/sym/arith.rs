@@ -1,0 +1,330 @@
+//! Canonical sums and products: like terms combined, constants folded, products of small sums
+//! expanded. Range-free: these rules hold for every value of every symbol.
+
+use super::expr::{ArithOp, Expr, Node};
+use super::pool::ExprPool;
+
+/// Products of two sums are expanded only while the result has at most this many terms; beyond it
+/// the product stays unexpanded (`Node::Unfolded`). Expansion makes equal polynomials share one id; the cap keeps it linear.
+const EXPAND_LIMIT: usize = 64;
+
+impl ExprPool {
+    /// `e` as `Σ coeff·atom + constant`.
+    pub(crate) fn linear_parts(&self, e: Expr) -> (Vec<(Expr, i64)>, i64) {
+        match self.node(e) {
+            Node::Const(c) => (Vec::new(), *c),
+            Node::Add { terms, constant } => (terms.to_vec(), *constant),
+            _ => (vec![(e, 1)], 0),
+        }
+    }
+
+    /// Builds a sum from sorted, distinct atoms with `i64` coefficients (no folding left to do).
+    pub(crate) fn make_sum(&mut self, terms: Vec<(Expr, i64)>, constant: i64) -> Expr {
+        if terms
+            .iter()
+            .any(|&(t, c)| c == 0 && self.is_compound_raiser(t))
+        {
+            let wide = terms.into_iter().map(|(t, c)| (t, c as i128)).collect();
+            return self
+                .finish_sum(wide, constant as i128, true)
+                .expect("coefficients already fit");
+        }
+        match terms.as_slice() {
+            [] => self.constant(constant),
+            [(t, 1)] if constant == 0 => *t,
+            _ => self.intern(Node::Add {
+                terms: terms.into(),
+                constant,
+            }),
+        }
+    }
+
+    /// Sorts and merges atoms, drops zero coefficients of atoms that cannot raise, and checks that
+    /// everything fits `i64`. `None` on overflow.
+    fn finish_sum(
+        &mut self,
+        mut terms: Vec<(Expr, i128)>,
+        constant: i128,
+        sorted: bool,
+    ) -> Option<Expr> {
+        if !sorted {
+            terms.sort_by(|a, b| self.cmp(a.0, b.0));
+        }
+        let constant = i64::try_from(constant).ok()?;
+        let mut merged = self.merge_sorted(terms)?;
+        // A zero-coefficient term is kept only for the division by zero it may raise, so it is
+        // spelled as the atoms that may raise: `0*x*(y//z)` is `0*(y//z)`. One canonical spelling.
+        if merged
+            .iter()
+            .any(|&(t, c)| c == 0 && self.is_compound_raiser(t))
+        {
+            let mut flat = Vec::with_capacity(merged.len());
+            for (t, c) in merged {
+                if c == 0 && self.is_compound_raiser(t) {
+                    let mut atoms = Vec::new();
+                    self.raising_atoms(t, &mut atoms);
+                    flat.extend(atoms.into_iter().map(|a| (a, 0)));
+                } else {
+                    flat.push((t, c));
+                }
+            }
+            flat.sort_by(|a, b| self.cmp(a.0, b.0));
+            merged = self.merge_sorted(flat)?;
+        }
+        let mut out: Vec<(Expr, i64)> = Vec::with_capacity(merged.len());
+        for (t, c) in merged {
+            if c == 0 && !self.may_raise(t) {
+                continue;
+            }
+            out.push((t, i64::try_from(c).ok()?));
+        }
+        Some(self.make_sum(out, constant))
+    }
+
+    /// A product or sum that may raise: reduced to its raising atoms when its coefficient is 0.
+    fn is_compound_raiser(&self, t: Expr) -> bool {
+        self.may_raise(t) && matches!(self.node(t), Node::Mul(_) | Node::Add { .. })
+    }
+
+    /// The maximal subexpressions of `t` that may raise and are not sums or products.
+    fn raising_atoms(&self, t: Expr, out: &mut Vec<Expr>) {
+        match self.node(t) {
+            Node::Mul(factors) => factors
+                .iter()
+                .for_each(|&(f, _)| self.raising_atoms(f, out)),
+            Node::Add { terms, .. } => terms.iter().for_each(|&(a, _)| self.raising_atoms(a, out)),
+            _ if self.may_raise(t) => out.push(t),
+            _ => {}
+        }
+    }
+
+    fn merge_sorted(&self, terms: Vec<(Expr, i128)>) -> Option<Vec<(Expr, i128)>> {
+        let mut merged: Vec<(Expr, i128)> = Vec::with_capacity(terms.len());
+        for (t, c) in terms {
+            match merged.last_mut() {
+                Some(last) if last.0 == t => last.1 = last.1.checked_add(c)?,
+                _ => merged.push((t, c)),
+            }
+        }
+        Some(merged)
+    }
+
+    fn unfolded(&mut self, op: ArithOp, a: Expr, b: Expr) -> Expr {
+        let (a, b) = if self.cmp(a, b).is_gt() {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        self.intern(Node::Unfolded(op, a, b))
+    }
+
+    pub fn add(&mut self, a: Expr, b: Expr) -> Expr {
+        match (self.as_const(a), self.as_const(b)) {
+            (Some(0), _) => return b,
+            (_, Some(0)) => return a,
+            (Some(x), Some(y)) => {
+                return match x.checked_add(y) {
+                    Some(v) => self.constant(v),
+                    None => self.unfolded(ArithOp::Add, a, b),
+                }
+            }
+            _ => {}
+        }
+        let (ta, ca) = self.linear_parts(a);
+        let (tb, cb) = self.linear_parts(b);
+        // Both term lists are sorted: merge them in linear time (long concatenation sums).
+        let mut terms = Vec::with_capacity(ta.len() + tb.len());
+        let (mut i, mut j) = (0, 0);
+        while i < ta.len() || j < tb.len() {
+            let take_a = j == tb.len() || (i < ta.len() && self.cmp(ta[i].0, tb[j].0).is_le());
+            if take_a {
+                terms.push((ta[i].0, ta[i].1 as i128));
+                i += 1;
+            } else {
+                terms.push((tb[j].0, tb[j].1 as i128));
+                j += 1;
+            }
+        }
+        match self.finish_sum(terms, ca as i128 + cb as i128, true) {
+            Some(e) => e,
+            None => self.unfolded(ArithOp::Add, a, b),
+        }
+    }
+
+    /// The sum of many expressions in one pass: `O(n log n)` rather than `n` pairwise merges.
+    pub fn add_all(&mut self, items: &[Expr]) -> Expr {
+        let mut terms = Vec::new();
+        let mut constant: i128 = 0;
+        for &e in items {
+            let (t, c) = self.linear_parts(e);
+            terms.extend(t.into_iter().map(|(t, k)| (t, k as i128)));
+            constant += c as i128;
+        }
+        match self.finish_sum(terms, constant, false) {
+            Some(e) => e,
+            // Overflow somewhere: fold pairwise so that only the overflowing step stays unfolded.
+            None => items.iter().fold(self.zero(), |acc, &e| self.add(acc, e)),
+        }
+    }
+
+    /// `Σ kᵢ·eᵢ + constant` in one pass.
+    pub fn linear_combination(&mut self, items: &[(Expr, i64)], constant: i64) -> Expr {
+        let mut terms = Vec::new();
+        let mut acc: i128 = constant as i128;
+        for &(e, k) in items {
+            let (t, c) = self.linear_parts(e);
+            terms.extend(t.into_iter().map(|(t, m)| (t, m as i128 * k as i128)));
+            acc += c as i128 * k as i128;
+        }
+        match self.finish_sum(terms, acc, false) {
+            Some(e) => e,
+            None => items.iter().fold(self.constant(constant), |acc, &(e, k)| {
+                let s = self.scale(e, k);
+                self.add(acc, s)
+            }),
+        }
+    }
+
+    pub fn sub(&mut self, a: Expr, b: Expr) -> Expr {
+        let nb = self.neg(b);
+        self.add(a, nb)
+    }
+
+    pub fn neg(&mut self, a: Expr) -> Expr {
+        self.scale(a, -1)
+    }
+
+    /// `k * a`.
+    pub fn scale(&mut self, a: Expr, k: i64) -> Expr {
+        if k == 1 {
+            return a;
+        }
+        if let Some(x) = self.as_const(a) {
+            return match x.checked_mul(k) {
+                Some(v) => self.constant(v),
+                None => {
+                    let kc = self.constant(k);
+                    self.unfolded(ArithOp::Mul, kc, a)
+                }
+            };
+        }
+        let (terms, c) = self.linear_parts(a);
+        let terms = terms
+            .into_iter()
+            .map(|(t, m)| (t, m as i128 * k as i128))
+            .collect();
+        match self.finish_sum(terms, c as i128 * k as i128, true) {
+            Some(e) => e,
+            None => {
+                let kc = self.constant(k);
+                self.unfolded(ArithOp::Mul, kc, a)
+            }
+        }
+    }
+
+    pub fn mul(&mut self, a: Expr, b: Expr) -> Expr {
+        if let Some(k) = self.as_const(a) {
+            return self.scale(b, k);
+        }
+        if let Some(k) = self.as_const(b) {
+            return self.scale(a, k);
+        }
+        let (ta, ca) = self.linear_parts(a);
+        let (tb, cb) = self.linear_parts(b);
+        let na = ta.len() + usize::from(ca != 0);
+        let nb = tb.len() + usize::from(cb != 0);
+        if na > 1 && nb > 1 && na * nb > EXPAND_LIMIT {
+            // Too big to expand: kept as the product of the two (an atom), so that the text
+            // `(a)*(b)` parses back to the same node.
+            return self.unfolded(ArithOp::Mul, a, b);
+        }
+        let mut terms: Vec<(Expr, i128)> = Vec::with_capacity(na * nb);
+        for &(x, cx) in &ta {
+            for &(y, cy) in &tb {
+                let Some(m) = self.monomial_mul(x, y) else {
+                    return self.unfolded(ArithOp::Mul, a, b);
+                };
+                terms.push((m, cx as i128 * cy as i128));
+            }
+        }
+        if cb != 0 {
+            terms.extend(ta.iter().map(|&(x, cx)| (x, cx as i128 * cb as i128)));
+        }
+        if ca != 0 {
+            terms.extend(tb.iter().map(|&(y, cy)| (y, ca as i128 * cy as i128)));
+        }
+        match self.finish_sum(terms, ca as i128 * cb as i128, false) {
+            Some(e) => e,
+            None => self.unfolded(ArithOp::Mul, a, b),
+        }
+    }
+
+    /// Product of two monomials (atoms or products of atoms). `None` if an exponent overflows.
+    fn monomial_mul(&mut self, x: Expr, y: Expr) -> Option<Expr> {
+        let fx = self.factors(x);
+        let fy = self.factors(y);
+        let mut out: Vec<(Expr, u32)> = Vec::with_capacity(fx.len() + fy.len());
+        let (mut i, mut j) = (0, 0);
+        while i < fx.len() || j < fy.len() {
+            let ord = if i == fx.len() {
+                std::cmp::Ordering::Greater
+            } else if j == fy.len() {
+                std::cmp::Ordering::Less
+            } else {
+                self.cmp_factor(fx[i].0, fy[j].0)
+            };
+            match ord {
+                std::cmp::Ordering::Less => {
+                    out.push(fx[i]);
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    out.push(fy[j]);
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    out.push((fx[i].0, fx[i].1.checked_add(fy[j].1)?));
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        Some(self.intern(Node::Mul(out.into())))
+    }
+
+    /// `x / y` for monomials when every factor of `y` divides `x`.
+    pub(crate) fn monomial_div(&mut self, x: Expr, y: Expr) -> Option<Expr> {
+        let mut fx = self.factors(x);
+        for (f, n) in self.factors(y) {
+            let i = fx.iter().position(|p| p.0 == f)?;
+            fx[i].1 = fx[i].1.checked_sub(n)?;
+        }
+        fx.retain(|p| p.1 > 0);
+        Some(match fx.as_slice() {
+            [] => self.one(),
+            [(f, 1)] => *f,
+            _ => self.intern(Node::Mul(fx.into())),
+        })
+    }
+
+    fn factors(&self, e: Expr) -> Vec<(Expr, u32)> {
+        match self.node(e) {
+            Node::Mul(f) => f.to_vec(),
+            _ => vec![(e, 1)],
+        }
+    }
+
+    /// `a ** n` for a natural `n`, as repeated products (the same form `a*a*…*a` parses to).
+    pub fn pow(&mut self, a: Expr, n: u32) -> Expr {
+        if n == 0 {
+            // Keep a possible division by zero inside `a` alive: `1 + 0*a`.
+            let z = self.scale(a, 0);
+            return self.add(self.one(), z);
+        }
+        let mut acc = a;
+        for _ in 1..n {
+            acc = self.mul(acc, a);
+        }
+        acc
+    }
+}

@@ -1,0 +1,593 @@
+//! The `ShapeEnv`: declared symbols with ranges and hints, deferred runtime asserts and what they
+//! teach (range refinements, linear facts, substitutions, divisibility), and recorded guards.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::divmod::gcd;
+use super::error::SymError;
+use super::expr::{CmpOp, Expr, Node, SymbolId, SymbolKind};
+use super::pool::ExprPool;
+use super::range::{ValueRange, INF};
+
+/// The default optimization hint for an unbacked symbol without one (clamped to its range).
+pub const DEFAULT_FALLBACK_HINT: i64 = 8192;
+
+/// Per-symbol state.
+#[derive(Clone, Debug)]
+pub(crate) struct SymState {
+    pub expr: Expr,
+    pub range: ValueRange,
+    /// Backed: the example value. Unbacked: the user's optimization hint, if any.
+    pub hint: Option<i64>,
+    /// Set when an asserted equality eliminated this symbol.
+    pub replacement: Option<Expr>,
+    /// Known to be a multiple of this (1 when nothing is known).
+    pub divisor: i64,
+    /// Expressions bounding this symbol from above / below (from linear asserts); used to keep
+    /// fallback hints consistent (`u0 <= s1` ⇒ hint(u0) ≤ hint(s1)).
+    pub uppers: Vec<Expr>,
+    pub lowers: Vec<Expr>,
+}
+
+/// A recorded guard: `cond` held for the backed hints and must hold for a compiled artifact to be
+/// reused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Guard {
+    pub cond: Expr,
+}
+
+/// A cache slot valid for one version of the environment.
+pub(crate) type Memo<T> = FxHashMap<Expr, (u32, T)>;
+
+#[derive(Clone, Debug)]
+pub struct ShapeEnv {
+    pub(crate) pool: ExprPool,
+    pub(crate) syms: Vec<SymState>,
+    /// Ranges of linear keys (see `linear_key`) and other non-symbol atoms, learned from asserts.
+    pub(crate) facts: FxHashMap<Expr, ValueRange>,
+    /// Known divisors of non-symbol expressions.
+    pub(crate) divisibility: FxHashMap<Expr, i64>,
+    asserts: Vec<Expr>,
+    assert_set: FxHashSet<Expr>,
+    guards: Vec<Guard>,
+    guard_set: FxHashSet<Expr>,
+    pub(crate) fallback_hint: i64,
+    /// Bumped whenever ranges, facts or substitutions change; memo entries of older versions are
+    /// stale. A counter instead of clearing keeps invalidation O(1).
+    pub(crate) version: u32,
+    pub(crate) simplify_memo: Memo<Expr>,
+    pub(crate) range_memo: Memo<ValueRange>,
+    pub(crate) hint_memo: FxHashMap<SymbolId, (u32, i64)>,
+}
+
+impl Default for ShapeEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !matches!(
+            name,
+            "and" | "or" | "not" | "True" | "False" | "true" | "false"
+        )
+}
+
+impl ShapeEnv {
+    pub fn new() -> Self {
+        ShapeEnv {
+            pool: ExprPool::new(),
+            syms: Vec::new(),
+            facts: FxHashMap::default(),
+            divisibility: FxHashMap::default(),
+            asserts: Vec::new(),
+            assert_set: FxHashSet::default(),
+            guards: Vec::new(),
+            guard_set: FxHashSet::default(),
+            fallback_hint: DEFAULT_FALLBACK_HINT,
+            version: 0,
+            simplify_memo: Memo::default(),
+            range_memo: Memo::default(),
+            hint_memo: FxHashMap::default(),
+        }
+    }
+
+    /// The expression arena, to build expressions (`env.pool_mut().add(a, b)`).
+    pub fn pool(&self) -> &ExprPool {
+        &self.pool
+    }
+
+    pub fn pool_mut(&mut self) -> &mut ExprPool {
+        &mut self.pool
+    }
+
+    pub(crate) fn changed(&mut self) {
+        self.version = self.version.wrapping_add(1);
+    }
+
+    /// Sets the optimization hint used for unbacked symbols without one.
+    pub fn set_fallback_hint(&mut self, v: i64) {
+        self.fallback_hint = v;
+        self.changed();
+    }
+
+    fn declare(
+        &mut self,
+        name: &str,
+        kind: SymbolKind,
+        hint: Option<i64>,
+        range: ValueRange,
+    ) -> Result<Expr, SymError> {
+        if !valid_name(name) {
+            return Err(SymError::InvalidSymbolName { name: name.into() });
+        }
+        if self.pool.lookup(name).is_some() {
+            return Err(SymError::DuplicateSymbol { name: name.into() });
+        }
+        if let Some(h) = hint {
+            if !range.contains(h) {
+                return Err(SymError::HintOutOfRange {
+                    name: name.into(),
+                    hint: h,
+                    range: range.to_string(),
+                });
+            }
+        }
+        let (_, e) = self.pool.add_symbol(name, kind);
+        self.syms.push(SymState {
+            expr: e,
+            range,
+            hint,
+            replacement: None,
+            divisor: 1,
+            uppers: Vec::new(),
+            lowers: Vec::new(),
+        });
+        Ok(e)
+    }
+
+    fn range_of(name: &str, min: Option<i64>, max: Option<i64>) -> Result<ValueRange, SymError> {
+        ValueRange::from_i64(min, max).ok_or_else(|| SymError::EmptyRange {
+            name: name.into(),
+            range: format!("[{}, {}]", min.unwrap_or(i64::MIN), max.unwrap_or(i64::MAX)),
+        })
+    }
+
+    /// A backed size with example value `hint`; `min`/`max` default to `[0, ∞)`.
+    pub fn backed(
+        &mut self,
+        name: &str,
+        hint: i64,
+        min: Option<i64>,
+        max: Option<i64>,
+    ) -> Result<Expr, SymError> {
+        let range = Self::range_of(name, Some(min.unwrap_or(0)), max)?;
+        self.declare(name, SymbolKind::Backed, Some(hint), range)
+    }
+
+    /// An unbacked size: range defaults to `[0, ∞)`.
+    pub fn unbacked_size(
+        &mut self,
+        name: &str,
+        min: Option<i64>,
+        max: Option<i64>,
+        optimization_hint: Option<i64>,
+    ) -> Result<Expr, SymError> {
+        let range = Self::range_of(name, Some(min.unwrap_or(0)), max)?;
+        self.declare(name, SymbolKind::Unbacked, optimization_hint, range)
+    }
+
+    /// An unbacked scalar value (e.g. from `.item()`): range defaults to `(-∞, ∞)`.
+    pub fn unbacked_value(
+        &mut self,
+        name: &str,
+        min: Option<i64>,
+        max: Option<i64>,
+        optimization_hint: Option<i64>,
+    ) -> Result<Expr, SymError> {
+        let range = Self::range_of(name, min, max)?;
+        self.declare(name, SymbolKind::Unbacked, optimization_hint, range)
+    }
+
+    /// A fresh backed size named `s<n>`.
+    pub fn new_backed(&mut self, hint: i64) -> Result<Expr, SymError> {
+        let name = self.fresh_name("s");
+        self.backed(&name, hint, None, None)
+    }
+
+    /// A fresh unbacked size named `u<n>`.
+    pub fn new_unbacked_size(&mut self, optimization_hint: Option<i64>) -> Expr {
+        let name = self.fresh_name("u");
+        self.unbacked_size(&name, None, None, optimization_hint)
+            .expect("fresh names are valid")
+    }
+
+    fn fresh_name(&self, prefix: &str) -> String {
+        let mut n = self.pool.symbol_count();
+        loop {
+            let name = format!("{prefix}{n}");
+            if self.pool.lookup(&name).is_none() {
+                return name;
+            }
+            n += 1;
+        }
+    }
+
+    pub fn symbol(&self, name: &str) -> Result<Expr, SymError> {
+        let id = self
+            .pool
+            .lookup(name)
+            .ok_or_else(|| SymError::UnknownSymbol { name: name.into() })?;
+        Ok(self.syms[id.index()].expr)
+    }
+
+    pub fn symbol_id(&self, name: &str) -> Option<SymbolId> {
+        self.pool.lookup(name)
+    }
+
+    pub fn symbol_kind(&self, id: SymbolId) -> SymbolKind {
+        self.pool.symbol(id).kind
+    }
+
+    pub fn symbol_name(&self, id: SymbolId) -> &str {
+        &self.pool.symbol(id).name
+    }
+
+    /// The symbol's current range (refined by asserts).
+    pub fn symbol_range(&self, id: SymbolId) -> ValueRange {
+        self.syms[id.index()].range
+    }
+
+    pub fn symbol_hint(&self, id: SymbolId) -> Option<i64> {
+        self.syms[id.index()].hint
+    }
+
+    /// Parses `text` against the declared symbols.
+    pub fn parse(&mut self, text: &str) -> Result<Expr, SymError> {
+        self.pool.parse(text).map_err(|source| SymError::Parse {
+            text: text.into(),
+            source,
+        })
+    }
+
+    pub fn text(&self, e: Expr) -> String {
+        self.pool.to_text(e)
+    }
+
+    /// The deferred runtime asserts, in the order recorded.
+    pub fn runtime_asserts(&self) -> &[Expr] {
+        &self.asserts
+    }
+
+    /// Guards recorded by `guard_or_*` / `evaluate_guard` on backed symbols.
+    pub fn guards(&self) -> &[Guard] {
+        &self.guards
+    }
+
+    pub(crate) fn record_guard(&mut self, cond: Expr) {
+        if self.guard_set.insert(cond) {
+            self.guards.push(Guard { cond });
+        }
+    }
+
+    /// `torch._check(cond)`: records a deferred runtime assert and learns from it. An assert that is
+    /// provably false, or that contradicts earlier ones, is an error naming it.
+    pub fn check(&mut self, cond: Expr) -> Result<(), SymError> {
+        if !self.pool.info(cond).is_bool {
+            return Err(SymError::NotBoolean {
+                expr: self.text(cond),
+            });
+        }
+        let s = self.simplify(cond);
+        match self.pool.as_bool(s) {
+            Some(true) => return Ok(()),
+            Some(false) => {
+                return Err(SymError::AssertAlwaysFalse {
+                    assert: self.text(cond),
+                })
+            }
+            None => {}
+        }
+        if self.assert_set.insert(s) {
+            self.asserts.push(s);
+        }
+        self.learn(s).map_err(|detail| SymError::Contradiction {
+            assert: self.text(cond),
+            detail,
+        })
+    }
+
+    /// Parses and checks an assert.
+    pub fn check_text(&mut self, text: &str) -> Result<(), SymError> {
+        let e = self.parse(text)?;
+        self.check(e)
+    }
+
+    fn learn(&mut self, c: Expr) -> Result<(), String> {
+        match self.pool.node(c).clone() {
+            Node::And(args) => {
+                for a in args.iter() {
+                    let a = self.simplify(*a);
+                    if self.pool.as_bool(a) == Some(false) {
+                        return Err(format!("'{}' is false", self.text(a)));
+                    }
+                    self.learn(a)?;
+                }
+                Ok(())
+            }
+            Node::Cmp(op, a, b) => {
+                let d = self.pool.sub(a, b);
+                match op {
+                    CmpOp::Eq => self.learn_eq(d),
+                    CmpOp::Ne => self.learn_ne(d),
+                    CmpOp::Le => self.learn_range(d, ValueRange { lo: -INF, hi: 0 }),
+                    CmpOp::Lt => self.learn_range(d, ValueRange { lo: -INF, hi: -1 }),
+                    CmpOp::Ge => self.learn_range(d, ValueRange { lo: 0, hi: INF }),
+                    CmpOp::Gt => self.learn_range(d, ValueRange { lo: 1, hi: INF }),
+                }
+            }
+            // Disjunctions and the like stay runtime asserts only.
+            _ => Ok(()),
+        }
+    }
+
+    /// Learns `d ∈ r`.
+    pub(crate) fn learn_range(&mut self, d: Expr, r: ValueRange) -> Result<(), String> {
+        let Some((key, s, k)) = self.pool.linear_key(d) else {
+            return match self.pool.as_const(d) {
+                Some(v) if !r.contains(v) => Err(format!("{v} is not in {r}")),
+                _ => Ok(()),
+            };
+        };
+        let Some(kr) = solve_scaled(r, s, k) else {
+            return Err(format!(
+                "no integer value of '{}' satisfies it",
+                self.text(key)
+            ));
+        };
+        self.narrow(key, kr)?;
+        self.learn_symbol_bounds(d, r);
+        Ok(())
+    }
+
+    /// Intersects what is known about `key` with `kr`.
+    fn narrow(&mut self, key: Expr, kr: ValueRange) -> Result<(), String> {
+        if let Some(id) = self.pool.as_symbol(key) {
+            let st = &self.syms[id.index()];
+            if let Some(rep) = st.replacement {
+                return self.narrow_expr(rep, kr);
+            }
+            let old = st.range;
+            let new = old
+                .intersect(&kr)
+                .ok_or_else(|| format!("{} ∈ {old} and {kr}", self.text(key)))?;
+            let new = round_to_multiple(new, st.divisor)
+                .ok_or_else(|| format!("no multiple of {} in {new}", st.divisor))?;
+            if new != old {
+                self.syms[id.index()].range = new;
+                self.changed();
+            }
+            return Ok(());
+        }
+        let old = self
+            .facts
+            .get(&key)
+            .copied()
+            .unwrap_or(ValueRange::UNBOUNDED);
+        let new = old
+            .intersect(&kr)
+            .ok_or_else(|| format!("{} ∈ {old} and {kr}", self.text(key)))?;
+        if new != old {
+            self.facts.insert(key, new);
+            self.changed();
+        }
+        Ok(())
+    }
+
+    fn narrow_expr(&mut self, e: Expr, r: ValueRange) -> Result<(), String> {
+        let e = self.simplify(e);
+        match self.pool.linear_key(e) {
+            Some((key, s, k)) => {
+                let kr = solve_scaled(r, s, k)
+                    .ok_or_else(|| format!("no integer value of '{}'", self.text(key)))?;
+                self.narrow(key, kr)
+            }
+            None => match self.pool.as_const(e) {
+                Some(v) if !r.contains(v) => Err(format!("{v} is not in {r}")),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// For a short linear `d ∈ r` over plain symbols, bounds each unit-coefficient symbol by the
+    /// rest: numerically (range) and symbolically (for consistent hints).
+    fn learn_symbol_bounds(&mut self, d: Expr, r: ValueRange) {
+        const MAX_TERMS: usize = 8;
+        let (terms, _) = self.pool.linear_parts(d);
+        if terms.len() < 2 || terms.len() > MAX_TERMS {
+            return;
+        }
+        for &(t, c) in &terms {
+            let Some(id) = self.pool.as_symbol(t) else {
+                continue;
+            };
+            if c.abs() != 1 || self.syms[id.index()].replacement.is_some() {
+                continue;
+            }
+            // d = c·t + rest ∈ [lo, hi]  ⇒  c·t ∈ [lo - rest, hi - rest].
+            let ct = self.pool.scale(t, c);
+            let rest = self.pool.sub(d, ct);
+            let neg_rest = self.pool.neg(rest);
+            let rest_range = self.interval(neg_rest);
+            let ct_range = ValueRange { lo: r.lo, hi: r.hi }.add(&rest_range);
+            let t_range = if c == 1 { ct_range } else { ct_range.neg() };
+            let _ = self.narrow(t, t_range);
+            let upper_side = (c == 1 && r.hi < INF) || (c == -1 && r.lo > -INF);
+            let lower_side = (c == 1 && r.lo > -INF) || (c == -1 && r.hi < INF);
+            let bound_for = |this: &mut Self, v: i128| -> Option<Expr> {
+                // t = (v - rest) / c  with c = ±1
+                let v = this.pool.constant(i64::try_from(v).ok()?);
+                let e = this.pool.add(v, neg_rest);
+                Some(if c == 1 { e } else { this.pool.neg(e) })
+            };
+            if upper_side {
+                let v = if c == 1 { r.hi } else { r.lo };
+                if let Some(b) = bound_for(self, v) {
+                    self.syms[id.index()].uppers.push(b);
+                }
+            }
+            if lower_side {
+                let v = if c == 1 { r.lo } else { r.hi };
+                if let Some(b) = bound_for(self, v) {
+                    self.syms[id.index()].lowers.push(b);
+                }
+            }
+            self.changed();
+        }
+    }
+
+    fn learn_ne(&mut self, d: Expr) -> Result<(), String> {
+        let Some((key, s, k)) = self.pool.linear_key(d) else {
+            return Ok(());
+        };
+        let Some(id) = self.pool.as_symbol(key) else {
+            return Ok(());
+        };
+        if self.syms[id.index()].replacement.is_some() || k.checked_rem(s) != Some(0) {
+            return Ok(());
+        }
+        // s·x + k ≠ 0  ⇒  x ≠ -k/s: shrink the range if that value is an end.
+        let excluded = -(k as i128) / s as i128;
+        let r = self.syms[id.index()].range;
+        let new = if r.lo == excluded {
+            ValueRange::new(r.lo + 1, r.hi)
+        } else if r.hi == excluded {
+            ValueRange::new(r.lo, r.hi - 1)
+        } else {
+            return Ok(());
+        };
+        let new = new.ok_or_else(|| format!("{} has no value but {excluded}", self.text(key)))?;
+        self.narrow(key, new)
+    }
+
+    fn learn_eq(&mut self, d: Expr) -> Result<(), String> {
+        // `x % n == 0`: divisibility.
+        if let Node::Mod(x, n) = *self.pool.node(d) {
+            if let Some(n) = self.pool.as_const(n).filter(|&n| n > 0) {
+                self.learn_multiple(x, n)?;
+                return self.learn_range(d, ValueRange::point(0));
+            }
+        }
+        let (terms, _) = self.pool.linear_parts(d);
+        let pick = terms
+            .iter()
+            .filter(|&&(t, c)| c.abs() == 1 && self.pool.as_symbol(t).is_some())
+            .filter(|&&(t, _)| {
+                terms
+                    .iter()
+                    .all(|&(o, _)| o == t || !self.pool.contains(o, t))
+            })
+            .max_by_key(|&&(t, _)| {
+                let id = self.pool.as_symbol(t).expect("filtered");
+                let st = &self.syms[id.index()];
+                // Eliminate unbacked before backed, hint-less before hinted, newest first.
+                (
+                    self.pool.symbol(id).kind == SymbolKind::Unbacked,
+                    st.hint.is_none(),
+                    id.index(),
+                )
+            })
+            .copied();
+        let Some((t, c)) = pick else {
+            return self.learn_range(d, ValueRange::point(0));
+        };
+        let id = self.pool.as_symbol(t).expect("picked a symbol");
+        // d = c·t + rest = 0  ⇒  t = -c·rest.
+        let ct = self.pool.scale(t, c);
+        let rest = self.pool.sub(d, ct);
+        let rep = self.pool.scale(rest, -c);
+        let st = self.syms[id.index()].clone();
+        self.syms[id.index()].replacement = Some(rep);
+        self.changed();
+        // What was known of the eliminated symbol is now known of its replacement.
+        self.narrow_expr(rep, st.range)?;
+        if st.divisor > 1 {
+            self.learn_multiple(rep, st.divisor)?;
+        }
+        if let (Some(h), SymbolKind::Unbacked) = (st.hint, self.pool.symbol(id).kind) {
+            // Keep a user hint alive on a lone replacement symbol that has none.
+            if let Some(r) = self.pool.as_symbol(rep) {
+                if self.syms[r.index()].hint.is_none() && self.syms[r.index()].range.contains(h) {
+                    self.syms[r.index()].hint = Some(h);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn learn_multiple(&mut self, x: Expr, n: i64) -> Result<(), String> {
+        let x = self.simplify(x);
+        if let Some(id) = self.pool.as_symbol(x) {
+            let st = &mut self.syms[id.index()];
+            let lcm = lcm(st.divisor, n);
+            st.divisor = lcm;
+            let r = st.range;
+            let new =
+                round_to_multiple(r, lcm).ok_or_else(|| format!("no multiple of {lcm} in {r}"))?;
+            self.syms[id.index()].range = new;
+        } else {
+            let d = self.divisibility.entry(x).or_insert(1);
+            *d = lcm(*d, n);
+        }
+        self.changed();
+        Ok(())
+    }
+}
+
+pub(crate) fn lcm(a: i64, b: i64) -> i64 {
+    let g = gcd(a, b);
+    if g == 0 {
+        return 0;
+    }
+    (a / g).checked_mul(b).map_or(a.max(b), |v| v.abs())
+}
+
+/// Shrinks a range to its multiples of `n` (ends rounded inwards).
+fn round_to_multiple(r: ValueRange, n: i64) -> Option<ValueRange> {
+    if n <= 1 {
+        return Some(r);
+    }
+    let n = n as i128;
+    let lo = if r.lo <= -INF {
+        r.lo
+    } else {
+        -((-r.lo).div_euclid(n)) * n
+    };
+    let hi = if r.hi >= INF {
+        r.hi
+    } else {
+        r.hi.div_euclid(n) * n
+    };
+    ValueRange::new(lo, hi)
+}
+
+/// The range of `key` given `s·key + k ∈ r` (`s ≠ 0`); `None` if no integer fits.
+pub(crate) fn solve_scaled(r: ValueRange, s: i64, k: i64) -> Option<ValueRange> {
+    let shift = |v: i128| if v.abs() >= INF { v } else { v - k as i128 };
+    let (mut lo, mut hi) = (shift(r.lo), shift(r.hi));
+    let mut s = s as i128;
+    if s < 0 {
+        (lo, hi) = (-hi, -lo);
+        s = -s;
+    }
+    let lo = if lo <= -INF {
+        lo
+    } else {
+        -((-lo).div_euclid(s))
+    };
+    let hi = if hi >= INF { hi } else { hi.div_euclid(s) };
+    ValueRange::new(lo, hi)
+}

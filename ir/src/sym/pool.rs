@@ -1,0 +1,407 @@
+//! The expression arena: hash-consing, node facts and the canonical order of atoms.
+
+use std::cmp::Ordering;
+
+use rustc_hash::FxHashMap;
+
+use super::expr::{Expr, Node, NodeInfo, SymbolId, SymbolKind};
+
+/// A symbol's identity as the pool needs it (ranges and hints live in the `ShapeEnv`).
+#[derive(Clone, Debug)]
+pub struct SymbolName {
+    pub name: Box<str>,
+    pub kind: SymbolKind,
+    /// Natural sort key: `s2 < s10`.
+    order: (Box<str>, u64),
+}
+
+/// Interns expression nodes; equal canonical nodes share one [`Expr`].
+#[derive(Clone, Debug)]
+pub struct ExprPool {
+    nodes: Vec<Node>,
+    info: Vec<NodeInfo>,
+    map: FxHashMap<Node, Expr>,
+    symbols: Vec<SymbolName>,
+    names: FxHashMap<Box<str>, SymbolId>,
+    zero: Expr,
+    one: Expr,
+    true_: Expr,
+    false_: Expr,
+}
+
+impl Default for ExprPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ExprPool {
+    pub fn new() -> Self {
+        let mut pool = ExprPool {
+            nodes: Vec::new(),
+            info: Vec::new(),
+            map: FxHashMap::default(),
+            symbols: Vec::new(),
+            names: FxHashMap::default(),
+            zero: Expr(0),
+            one: Expr(0),
+            true_: Expr(0),
+            false_: Expr(0),
+        };
+        pool.zero = pool.intern(Node::Const(0));
+        pool.one = pool.intern(Node::Const(1));
+        pool.true_ = pool.intern(Node::Bool(true));
+        pool.false_ = pool.intern(Node::Bool(false));
+        pool
+    }
+
+    pub fn node(&self, e: Expr) -> &Node {
+        &self.nodes[e.index()]
+    }
+
+    pub fn info(&self, e: Expr) -> NodeInfo {
+        self.info[e.index()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn zero(&self) -> Expr {
+        self.zero
+    }
+
+    pub fn one(&self) -> Expr {
+        self.one
+    }
+
+    pub fn bool(&self, b: bool) -> Expr {
+        if b {
+            self.true_
+        } else {
+            self.false_
+        }
+    }
+
+    pub fn constant(&mut self, v: i64) -> Expr {
+        match v {
+            0 => self.zero,
+            1 => self.one,
+            _ => self.intern(Node::Const(v)),
+        }
+    }
+
+    pub fn as_const(&self, e: Expr) -> Option<i64> {
+        match self.node(e) {
+            Node::Const(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self, e: Expr) -> Option<bool> {
+        match self.node(e) {
+            Node::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn as_symbol(&self, e: Expr) -> Option<SymbolId> {
+        match self.node(e) {
+            Node::Sym(s) => Some(*s),
+            _ => None,
+        }
+    }
+
+    pub fn may_raise(&self, e: Expr) -> bool {
+        self.info(e).may_raise
+    }
+
+    /// `e == s·key + k` with `key` a sum of atoms whose coefficients have gcd 1 and a positive first
+    /// non-zero coefficient, so that facts about `e` and about `2·e - 6` share one key.
+    /// `None` for constants.
+    pub(crate) fn linear_key(&mut self, e: Expr) -> Option<(Expr, i64, i64)> {
+        let (terms, k) = self.linear_parts(e);
+        let g = terms.iter().fold(0, |g, &(_, c)| super::divmod::gcd(g, c));
+        if g == 0 {
+            return None;
+        }
+        let first = terms.iter().find(|t| t.1 != 0)?.1;
+        let s = if first < 0 { -g } else { g };
+        let scaled: Option<Vec<(Expr, i64)>> = terms
+            .iter()
+            .map(|&(t, c)| Some((t, c.checked_div(s)?)))
+            .collect();
+        let key = self.make_sum(scaled?, 0);
+        Some((key, s, k))
+    }
+
+    /// Whether `needle` occurs in `hay`.
+    pub fn contains(&self, hay: Expr, needle: Expr) -> bool {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut stack = vec![hay];
+        while let Some(x) = stack.pop() {
+            if x == needle {
+                return true;
+            }
+            if seen.insert(x) {
+                self.for_each_child(x, |c| stack.push(c));
+            }
+        }
+        false
+    }
+
+    /// The symbols occurring in `e`, each once, in order of first occurrence.
+    pub fn free_symbols(&self, e: Expr) -> Vec<SymbolId> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut out = Vec::new();
+        let mut stack = vec![e];
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            if let Node::Sym(s) = self.node(x) {
+                out.push(*s);
+            }
+            self.for_each_child(x, |c| stack.push(c));
+        }
+        out
+    }
+
+    pub fn for_each_child(&self, e: Expr, mut f: impl FnMut(Expr)) {
+        match self.node(e) {
+            Node::Const(_) | Node::Bool(_) | Node::Sym(_) => {}
+            Node::Add { terms, .. } => terms.iter().for_each(|t| f(t.0)),
+            Node::Mul(factors) => factors.iter().for_each(|t| f(t.0)),
+            Node::FloorDiv(a, b)
+            | Node::CeilDiv(a, b)
+            | Node::Mod(a, b)
+            | Node::Cmp(_, a, b)
+            | Node::Unfolded(_, a, b) => {
+                f(*a);
+                f(*b);
+            }
+            Node::Min(xs) | Node::Max(xs) | Node::And(xs) | Node::Or(xs) => {
+                xs.iter().for_each(|&x| f(x))
+            }
+            Node::Where(c, a, b) => {
+                f(*c);
+                f(*a);
+                f(*b);
+            }
+            Node::Not(a) => f(*a),
+        }
+    }
+
+    /// Registers a symbol name; the caller (the `ShapeEnv`) checks uniqueness.
+    pub(crate) fn add_symbol(&mut self, name: &str, kind: SymbolKind) -> (SymbolId, Expr) {
+        let id = SymbolId(self.symbols.len() as u32);
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, num) = name.split_at(name.len() - digits);
+        let num = num.parse::<u64>().unwrap_or(0);
+        self.symbols.push(SymbolName {
+            name: name.into(),
+            kind,
+            order: (prefix.into(), num),
+        });
+        self.names.insert(name.into(), id);
+        let e = self.intern(Node::Sym(id));
+        (id, e)
+    }
+
+    pub fn symbol(&self, id: SymbolId) -> &SymbolName {
+        &self.symbols[id.index()]
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<SymbolId> {
+        self.names.get(name).copied()
+    }
+
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    pub fn symbol_expr(&mut self, id: SymbolId) -> Expr {
+        self.intern(Node::Sym(id))
+    }
+
+    pub(crate) fn intern(&mut self, node: Node) -> Expr {
+        if let Some(&e) = self.map.get(&node) {
+            return e;
+        }
+        let info = self.compute_info(&node);
+        let e = Expr(u32::try_from(self.nodes.len()).expect("more than 2^32 expression nodes"));
+        self.nodes.push(node.clone());
+        self.info.push(info);
+        self.map.insert(node, e);
+        e
+    }
+
+    fn compute_info(&self, node: &Node) -> NodeInfo {
+        let mut info = NodeInfo::default();
+        let child = |e: Expr, info: &mut NodeInfo| {
+            let c = self.info(e);
+            info.has_unbacked |= c.has_unbacked;
+            info.has_backed |= c.has_backed;
+            info.may_raise |= c.may_raise;
+            info.depth = info.depth.max(c.depth + 1);
+        };
+        match node {
+            Node::Const(_) => {}
+            Node::Bool(_) => info.is_bool = true,
+            Node::Sym(s) => match self.symbols[s.index()].kind {
+                SymbolKind::Backed => info.has_backed = true,
+                SymbolKind::Unbacked => info.has_unbacked = true,
+            },
+            Node::Add { terms, .. } => terms.iter().for_each(|&(t, _)| child(t, &mut info)),
+            Node::Mul(factors) => factors.iter().for_each(|&(f, _)| child(f, &mut info)),
+            Node::FloorDiv(a, b) | Node::CeilDiv(a, b) | Node::Mod(a, b) => {
+                child(*a, &mut info);
+                child(*b, &mut info);
+                if !matches!(self.node(*b), Node::Const(c) if *c != 0) {
+                    info.may_raise = true;
+                }
+            }
+            Node::Min(args) | Node::Max(args) => args.iter().for_each(|&a| child(a, &mut info)),
+            Node::Where(c, a, b) => {
+                child(*c, &mut info);
+                child(*a, &mut info);
+                child(*b, &mut info);
+                info.is_bool = self.info(*a).is_bool;
+            }
+            Node::Cmp(_, a, b) => {
+                child(*a, &mut info);
+                child(*b, &mut info);
+                info.is_bool = true;
+            }
+            Node::And(args) | Node::Or(args) => {
+                args.iter().for_each(|&a| child(a, &mut info));
+                info.is_bool = true;
+            }
+            Node::Not(a) => {
+                child(*a, &mut info);
+                info.is_bool = true;
+            }
+            Node::Unfolded(_, a, b) => {
+                child(*a, &mut info);
+                child(*b, &mut info);
+            }
+        }
+        info
+    }
+
+    fn rank(node: &Node) -> u8 {
+        match node {
+            Node::Const(_) => 0,
+            Node::Bool(_) => 1,
+            Node::Sym(_) | Node::Mul(_) => 2,
+            Node::Add { .. } => 3,
+            Node::FloorDiv(..) => 4,
+            Node::CeilDiv(..) => 5,
+            Node::Mod(..) => 6,
+            Node::Min(_) => 7,
+            Node::Max(_) => 8,
+            Node::Where(..) => 9,
+            Node::Cmp(..) => 10,
+            Node::Not(_) => 11,
+            Node::And(_) => 12,
+            Node::Or(_) => 13,
+            Node::Unfolded(..) => 14,
+        }
+    }
+
+    /// The deterministic total order used to sort terms, factors and arguments. It depends only on
+    /// structure and symbol names, so printing and re-parsing in another pool gives the same text.
+    /// Symbols and products compare as monomials (lexicographically by factors): `s0 < s0*s1 < s1`.
+    pub fn cmp(&self, a: Expr, b: Expr) -> Ordering {
+        if a == b {
+            return Ordering::Equal;
+        }
+        let (na, nb) = (self.node(a), self.node(b));
+        let rank = Self::rank(na).cmp(&Self::rank(nb));
+        if rank != Ordering::Equal {
+            return rank;
+        }
+        match (na, nb) {
+            (Node::Const(x), Node::Const(y)) => x.cmp(y),
+            (Node::Bool(x), Node::Bool(y)) => x.cmp(y),
+            (Node::Sym(_) | Node::Mul(_), Node::Sym(_) | Node::Mul(_)) => self.cmp_monomials(a, b),
+            (
+                Node::Add {
+                    terms: ta,
+                    constant: ca,
+                },
+                Node::Add {
+                    terms: tb,
+                    constant: cb,
+                },
+            ) => self
+                .cmp_lists(ta, tb, |p, x, y| p.cmp(x.0, y.0).then(x.1.cmp(&y.1)))
+                .then(ca.cmp(cb)),
+            (Node::FloorDiv(a1, b1), Node::FloorDiv(a2, b2))
+            | (Node::CeilDiv(a1, b1), Node::CeilDiv(a2, b2))
+            | (Node::Mod(a1, b1), Node::Mod(a2, b2)) => {
+                self.cmp(*a1, *a2).then_with(|| self.cmp(*b1, *b2))
+            }
+            (Node::Min(x), Node::Min(y))
+            | (Node::Max(x), Node::Max(y))
+            | (Node::And(x), Node::And(y))
+            | (Node::Or(x), Node::Or(y)) => self.cmp_lists(x, y, |p, a, b| p.cmp(*a, *b)),
+            (Node::Where(c1, a1, b1), Node::Where(c2, a2, b2)) => self
+                .cmp(*c1, *c2)
+                .then_with(|| self.cmp(*a1, *a2))
+                .then_with(|| self.cmp(*b1, *b2)),
+            (Node::Cmp(o1, a1, b1), Node::Cmp(o2, a2, b2)) => (*o1 as u8)
+                .cmp(&(*o2 as u8))
+                .then_with(|| self.cmp(*a1, *a2))
+                .then_with(|| self.cmp(*b1, *b2)),
+            (Node::Not(x), Node::Not(y)) => self.cmp(*x, *y),
+            (Node::Unfolded(o1, a1, b1), Node::Unfolded(o2, a2, b2)) => (*o1 as u8)
+                .cmp(&(*o2 as u8))
+                .then_with(|| self.cmp(*a1, *a2))
+                .then_with(|| self.cmp(*b1, *b2)),
+            _ => unreachable!("rank() separates node kinds"),
+        }
+    }
+
+    fn cmp_lists<T>(&self, a: &[T], b: &[T], f: impl Fn(&Self, &T, &T) -> Ordering) -> Ordering {
+        for (x, y) in a.iter().zip(b) {
+            let o = f(self, x, y);
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+
+    fn cmp_symbols(&self, a: SymbolId, b: SymbolId) -> Ordering {
+        let (x, y) = (&self.symbols[a.index()], &self.symbols[b.index()]);
+        x.order.cmp(&y.order).then_with(|| x.name.cmp(&y.name))
+    }
+
+    /// Compares two monomials (a symbol, or a product of atoms) lexicographically by their factors.
+    fn cmp_monomials(&self, a: Expr, b: Expr) -> Ordering {
+        let single_a = [(a, 1)];
+        let single_b = [(b, 1)];
+        let fa: &[(Expr, u32)] = match self.node(a) {
+            Node::Mul(f) => f,
+            _ => &single_a,
+        };
+        let fb: &[(Expr, u32)] = match self.node(b) {
+            Node::Mul(f) => f,
+            _ => &single_b,
+        };
+        self.cmp_lists(fa, fb, |p, x, y| p.cmp_factor(x.0, y.0).then(x.1.cmp(&y.1)))
+    }
+
+    /// Order of factor atoms inside a product (never products themselves).
+    pub(crate) fn cmp_factor(&self, a: Expr, b: Expr) -> Ordering {
+        match (self.node(a), self.node(b)) {
+            (Node::Sym(x), Node::Sym(y)) => self.cmp_symbols(*x, *y),
+            _ => self.cmp(a, b),
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The guard-free query API. Nothing here raises a data-dependent error except `guarding_hint`
+//! and `evaluate_guard`, which exist to ask for a backed value, and nothing records a guard on an
+//! unbacked symbol.
+
+use rustc_hash::FxHashMap;
+
+use super::env::ShapeEnv;
+use super::error::SymError;
+use super::expr::{CmpOp, Expr, Node, SymbolId, SymbolKind};
+use super::range::ValueRange;
+
+/// Values for symbols at run time.
+#[derive(Clone, Debug, Default)]
+pub struct Bindings {
+    values: FxHashMap<SymbolId, i64>,
+}
+
+impl Bindings {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set(&mut self, id: SymbolId, v: i64) -> &mut Self {
+        self.values.insert(id, v);
+        self
+    }
+
+    pub fn get(&self, id: SymbolId) -> Option<i64> {
+        self.values.get(&id).copied()
+    }
+}
+
+impl ShapeEnv {
+    /// `[lo, hi]` of `e` for every value of its symbols allowed by ranges and asserts.
+    pub fn bound(&mut self, e: Expr) -> ValueRange {
+        let s = self.simplify(e);
+        self.interval(s)
+    }
+
+    /// Decides `cond` from algebra and ranges only; `None` when undecided. Records nothing.
+    pub fn statically_known(&mut self, cond: Expr) -> Option<bool> {
+        if let Some(v) = self.fast_decide(cond) {
+            return Some(v);
+        }
+        let s = self.simplify(cond);
+        self.pool.as_bool(s)
+    }
+
+    pub fn statically_known_true(&mut self, cond: Expr) -> bool {
+        self.statically_known(cond) == Some(true)
+    }
+
+    pub fn statically_known_false(&mut self, cond: Expr) -> bool {
+        self.statically_known(cond) == Some(false)
+    }
+
+    /// The hot case — a symbol compared with a constant (`u0 >= 0`, `u0 == 1`, asked on every
+    /// allocation) — straight from the symbol's range, without building anything.
+    fn fast_decide(&self, cond: Expr) -> Option<bool> {
+        let Node::Cmp(op, a, b) = *self.pool.node(cond) else {
+            return None;
+        };
+        let (sym, k, op) = match (
+            self.pool.as_symbol(a),
+            self.pool.as_const(b),
+            self.pool.as_symbol(b),
+            self.pool.as_const(a),
+        ) {
+            (Some(s), Some(k), _, _) => (s, k, op),
+            (_, _, Some(s), Some(k)) => (s, k, swap(op)),
+            _ => return None,
+        };
+        let st = &self.syms[sym.index()];
+        if st.replacement.is_some() {
+            return None;
+        }
+        let (r, k) = (st.range, k as i128);
+        let decided = |yes: bool, no: bool| {
+            if yes {
+                Some(true)
+            } else if no {
+                Some(false)
+            } else {
+                None
+            }
+        };
+        match op {
+            CmpOp::Lt => decided(r.hi < k, r.lo >= k),
+            CmpOp::Le => decided(r.hi <= k, r.lo > k),
+            CmpOp::Gt => decided(r.lo > k, r.hi <= k),
+            CmpOp::Ge => decided(r.lo >= k, r.hi < k),
+            CmpOp::Eq => decided(r.lo == k && r.hi == k, k < r.lo || k > r.hi),
+            CmpOp::Ne => decided(k < r.lo || k > r.hi, r.lo == k && r.hi == k),
+        }
+    }
+
+    /// If decidable, the answer; else if only backed symbols are involved, their hints decide and a
+    /// guard is recorded; else (an unbacked symbol is involved) `false`, with no guard and no error.
+    pub fn guard_or_false(&mut self, cond: Expr) -> bool {
+        self.guard_or(cond, false)
+    }
+
+    /// As [`guard_or_false`](Self::guard_or_false) with `true` as the unbacked default.
+    pub fn guard_or_true(&mut self, cond: Expr) -> bool {
+        self.guard_or(cond, true)
+    }
+
+    fn guard_or(&mut self, cond: Expr, default: bool) -> bool {
+        if let Some(v) = self.fast_decide(cond) {
+            return v;
+        }
+        let s = self.simplify(cond);
+        if let Some(v) = self.pool.as_bool(s) {
+            return v;
+        }
+        if self.pool.info(s).has_unbacked {
+            return default;
+        }
+        match self.eval_backed(s) {
+            Ok(v) => {
+                let holds = v != 0;
+                let g = if holds { s } else { self.pool.not(s) };
+                self.record_guard(g);
+                holds
+            }
+            Err(_) => default,
+        }
+    }
+
+    /// Decides `cond` for the backed hints, recording a guard; a data-dependent error if an unbacked
+    /// symbol is involved and ranges do not decide it.
+    pub fn evaluate_guard(&mut self, cond: Expr) -> Result<bool, SymError> {
+        if !self.pool.info(cond).is_bool {
+            return Err(SymError::NotBoolean {
+                expr: self.text(cond),
+            });
+        }
+        if let Some(v) = self.statically_known(cond) {
+            return Ok(v);
+        }
+        let s = self.simplify(cond);
+        let holds = self.guarding_hint_of(s, cond)? != 0;
+        let g = if holds { s } else { self.pool.not(s) };
+        self.record_guard(g);
+        Ok(holds)
+    }
+
+    /// The value of `e` from backed hints; a typed data-dependent error if an unbacked symbol remains.
+    pub fn guarding_hint(&mut self, e: Expr) -> Result<i64, SymError> {
+        let s = self.simplify(e);
+        self.guarding_hint_of(s, e)
+    }
+
+    fn guarding_hint_of(&mut self, s: Expr, original: Expr) -> Result<i64, SymError> {
+        if self.pool.info(s).has_unbacked {
+            let symbols = self
+                .pool
+                .free_symbols(s)
+                .into_iter()
+                .filter(|&id| self.pool.symbol(id).kind == SymbolKind::Unbacked)
+                .map(|id| self.pool.symbol(id).name.to_string())
+                .collect();
+            return Err(SymError::DataDependent {
+                expr: self.text(original),
+                symbols,
+            });
+        }
+        Ok(self.eval_backed(s)?)
+    }
+
+    fn eval_backed(&self, s: Expr) -> Result<i64, super::eval::EvalError> {
+        self.pool
+            .evaluate_with(s, &mut |id| match self.pool.symbol(id).kind {
+                SymbolKind::Backed => self.syms[id.index()].hint,
+                SymbolKind::Unbacked => None,
+            })
+    }
+
+    /// Always a value, for speed heuristics: backed hints, then user optimization hints, then hints
+    /// made consistent through asserted equalities (substitution), then the fallback clamped to the
+    /// symbol's range and its asserted linear bounds. The result lies in `bound(e)`.
+    pub fn optimization_hint(&mut self, e: Expr) -> i64 {
+        let s = self.simplify(e);
+        let r = self.interval(s);
+        if let Some(v) = r.is_point() {
+            return v;
+        }
+        let mut values = FxHashMap::default();
+        for id in self.pool.free_symbols(s) {
+            let v = self.symbol_optimization_hint(id);
+            values.insert(id, v);
+        }
+        match self
+            .pool
+            .evaluate_with(s, &mut |id| values.get(&id).copied())
+        {
+            Ok(v) => r.clamp(v),
+            Err(_) => r.clamp(self.fallback_hint),
+        }
+    }
+
+    /// The optimization hint of one symbol (see [`optimization_hint`](Self::optimization_hint)).
+    pub fn symbol_optimization_hint(&mut self, id: SymbolId) -> i64 {
+        let mut visiting = Vec::new();
+        self.symbol_hint_inner(id, &mut visiting)
+    }
+
+    fn symbol_hint_inner(&mut self, id: SymbolId, visiting: &mut Vec<SymbolId>) -> i64 {
+        if let Some(&(v, h)) = self.hint_memo.get(&id) {
+            if v == self.version {
+                return h;
+            }
+        }
+        let st = self.syms[id.index()].clone();
+        if let Some(rep) = st.replacement {
+            let h = self.hint_of_expr(rep, visiting);
+            return st.range.clamp(h);
+        }
+        let h = match (self.pool.symbol(id).kind, st.hint) {
+            (_, Some(h)) => st.range.clamp(h),
+            (SymbolKind::Backed, None) => st.range.clamp(self.fallback_hint),
+            (SymbolKind::Unbacked, None) => {
+                visiting.push(id);
+                let mut h = st.range.clamp(self.fallback_hint);
+                for &u in &st.uppers {
+                    if !self
+                        .pool
+                        .free_symbols(u)
+                        .iter()
+                        .any(|s| visiting.contains(s))
+                    {
+                        h = h.min(self.hint_of_expr(u, visiting));
+                    }
+                }
+                for &l in &st.lowers {
+                    if !self
+                        .pool
+                        .free_symbols(l)
+                        .iter()
+                        .any(|s| visiting.contains(s))
+                    {
+                        h = h.max(self.hint_of_expr(l, visiting));
+                    }
+                }
+                visiting.pop();
+                st.range.clamp(h)
+            }
+        };
+        if visiting.is_empty() {
+            self.hint_memo.insert(id, (self.version, h));
+        }
+        h
+    }
+
+    fn hint_of_expr(&mut self, e: Expr, visiting: &mut Vec<SymbolId>) -> i64 {
+        let s = self.simplify(e);
+        let r = self.interval(s);
+        let mut values = FxHashMap::default();
+        for id in self.pool.free_symbols(s) {
+            let v = self.symbol_hint_inner(id, visiting);
+            values.insert(id, v);
+        }
+        match self
+            .pool
+            .evaluate_with(s, &mut |id| values.get(&id).copied())
+        {
+            Ok(v) => r.clamp(v),
+            Err(_) => r.clamp(self.fallback_hint),
+        }
+    }
+
+    /// Whether `e` is a multiple of `n` for every allowed value (from structure, substitutions and
+    /// asserted divisibility such as `u0 % 16 == 0`).
+    pub fn statically_known_multiple_of(&mut self, e: Expr, n: i64) -> bool {
+        let s = self.simplify(e);
+        if n == 0 {
+            return self.pool.as_const(s) == Some(0);
+        }
+        let m = self.known_multiple(s);
+        m.checked_rem(n).is_none_or(|r| r == 0)
+    }
+
+    /// Whether every allowed value of `e` fits in `i32`.
+    pub fn fits_in_i32(&mut self, e: Expr) -> bool {
+        let r = self.bound(e);
+        r.lo >= i32::MIN as i128 && r.hi <= i32::MAX as i128
+    }
+
+    /// Evaluates `e` at run time. A symbol without a value that an equality eliminated is computed
+    /// from its replacement.
+    pub fn evaluate(&self, e: Expr, bindings: &Bindings) -> Result<i64, SymError> {
+        Ok(self
+            .pool
+            .evaluate_with(e, &mut |id| self.value_of(id, bindings))?)
+    }
+
+    fn value_of(&self, id: SymbolId, bindings: &Bindings) -> Option<i64> {
+        bindings.get(id).or_else(|| {
+            let rep = self.syms[id.index()].replacement?;
+            self.pool
+                .evaluate_with(rep, &mut |s| self.value_of(s, bindings))
+                .ok()
+        })
+    }
+
+    /// Checks run-time values against every declared range and deferred assert; the error names the
+    /// symbol or the assert.
+    pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
+        for (i, st) in self.syms.iter().enumerate() {
+            let id = SymbolId(i as u32);
+            if let Some(v) = bindings.get(id) {
+                if !st.range.contains(v) {
+                    return Err(SymError::ValueOutOfRange {
+                        name: self.pool.symbol(id).name.to_string(),
+                        value: v,
+                        range: st.range.to_string(),
+                    });
+                }
+            }
+        }
+        for &a in self.runtime_asserts() {
+            if self.evaluate(a, bindings)? == 0 {
+                return Err(SymError::AssertFailed {
+                    assert: self.text(a),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn swap(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::Le => CmpOp::Ge,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::Ge => CmpOp::Le,
+        other => other,
+    }
+}

@@ -1,0 +1,239 @@
+//! Inclusive integer intervals with infinite ends, and sound interval arithmetic. Bounds are `i128`
+//! with saturation at ±[`INF`], so arithmetic on bounds never overflows silently.
+
+use std::fmt;
+
+/// Magnitudes at or beyond this are infinite.
+pub const INF: i128 = 1 << 120;
+
+fn norm(v: i128) -> i128 {
+    v.clamp(-INF, INF)
+}
+
+/// `lo ≤ value ≤ hi`; `lo == -INF` / `hi == INF` mean unbounded. Never empty.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ValueRange {
+    pub lo: i128,
+    pub hi: i128,
+}
+
+impl ValueRange {
+    pub const UNBOUNDED: ValueRange = ValueRange { lo: -INF, hi: INF };
+    pub const NONNEGATIVE: ValueRange = ValueRange { lo: 0, hi: INF };
+    pub const BOOL: ValueRange = ValueRange { lo: 0, hi: 1 };
+
+    /// `[lo, hi]`, with ends clamped to ±INF. Panics never; an inverted pair is `None`.
+    pub fn new(lo: i128, hi: i128) -> Option<ValueRange> {
+        let (lo, hi) = (norm(lo), norm(hi));
+        (lo <= hi).then_some(ValueRange { lo, hi })
+    }
+
+    pub fn point(v: i64) -> ValueRange {
+        ValueRange {
+            lo: v as i128,
+            hi: v as i128,
+        }
+    }
+
+    pub fn from_i64(lo: Option<i64>, hi: Option<i64>) -> Option<ValueRange> {
+        Self::new(lo.map_or(-INF, i128::from), hi.map_or(INF, i128::from))
+    }
+
+    pub fn is_point(&self) -> Option<i64> {
+        (self.lo == self.hi)
+            .then(|| i64::try_from(self.lo).ok())
+            .flatten()
+    }
+
+    pub fn contains(&self, v: i64) -> bool {
+        self.lo <= v as i128 && v as i128 <= self.hi
+    }
+
+    pub fn intersect(&self, o: &ValueRange) -> Option<ValueRange> {
+        Self::new(self.lo.max(o.lo), self.hi.min(o.hi))
+    }
+
+    pub fn union(&self, o: &ValueRange) -> ValueRange {
+        ValueRange {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.max(o.hi),
+        }
+    }
+
+    pub fn lo_i64(&self) -> Option<i64> {
+        (self.lo > -INF)
+            .then(|| i64::try_from(self.lo).ok())
+            .flatten()
+    }
+
+    pub fn hi_i64(&self) -> Option<i64> {
+        (self.hi < INF)
+            .then(|| i64::try_from(self.hi).ok())
+            .flatten()
+    }
+
+    /// Clamps `v` into the range.
+    pub fn clamp(&self, v: i64) -> i64 {
+        let c = (v as i128).clamp(self.lo, self.hi);
+        i64::try_from(c).unwrap_or(if c < 0 { i64::MIN } else { i64::MAX })
+    }
+
+    pub fn add(&self, o: &ValueRange) -> ValueRange {
+        ValueRange {
+            lo: norm(self.lo.saturating_add(o.lo)),
+            hi: norm(self.hi.saturating_add(o.hi)),
+        }
+    }
+
+    pub fn neg(&self) -> ValueRange {
+        ValueRange {
+            lo: -self.hi,
+            hi: -self.lo,
+        }
+    }
+
+    pub fn scale(&self, k: i64) -> ValueRange {
+        let k = k as i128;
+        let (a, b) = (
+            norm(self.lo.saturating_mul(k)),
+            norm(self.hi.saturating_mul(k)),
+        );
+        ValueRange {
+            lo: a.min(b),
+            hi: a.max(b),
+        }
+    }
+
+    pub fn mul(&self, o: &ValueRange) -> ValueRange {
+        let c = [
+            self.lo.saturating_mul(o.lo),
+            self.lo.saturating_mul(o.hi),
+            self.hi.saturating_mul(o.lo),
+            self.hi.saturating_mul(o.hi),
+        ];
+        ValueRange {
+            lo: norm(*c.iter().min().unwrap()),
+            hi: norm(*c.iter().max().unwrap()),
+        }
+    }
+
+    pub fn pow(&self, n: u32) -> ValueRange {
+        let mut acc = ValueRange::point(1);
+        for _ in 0..n.min(130) {
+            acc = acc.mul(self);
+        }
+        if n % 2 == 0 && n > 0 {
+            acc.lo = acc.lo.max(0);
+        }
+        acc
+    }
+
+    pub fn min(&self, o: &ValueRange) -> ValueRange {
+        ValueRange {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.min(o.hi),
+        }
+    }
+
+    pub fn max(&self, o: &ValueRange) -> ValueRange {
+        ValueRange {
+            lo: self.lo.max(o.lo),
+            hi: self.hi.max(o.hi),
+        }
+    }
+
+    /// `floor(a / b)` over the points where `b ≠ 0`; unbounded if `b` is always 0.
+    pub fn floordiv(&self, b: &ValueRange) -> ValueRange {
+        let mut out: Option<ValueRange> = None;
+        if b.hi >= 1 {
+            out = Some(floordiv_pos(self, b.lo.max(1), b.hi));
+        }
+        if b.lo <= -1 {
+            // a // b == (-a) // (-b)
+            let r = floordiv_pos(&self.neg(), -b.hi.min(-1), -b.lo);
+            out = Some(out.map_or(r, |o| o.union(&r)));
+        }
+        out.unwrap_or(ValueRange::UNBOUNDED)
+    }
+
+    /// `ceil(a / b) == -floor(-a / b)`.
+    pub fn ceildiv(&self, b: &ValueRange) -> ValueRange {
+        self.neg().floordiv(b).neg()
+    }
+
+    /// Python `a % b` over the points where `b ≠ 0`.
+    pub fn modulo(&self, b: &ValueRange) -> ValueRange {
+        let mut out: Option<ValueRange> = None;
+        if b.hi >= 1 {
+            let (p, q) = (b.lo.max(1), b.hi);
+            let mut r = ValueRange {
+                lo: 0,
+                hi: norm(q - 1),
+            };
+            if self.lo >= 0 {
+                r.hi = r.hi.min(self.hi);
+            }
+            if p == q
+                && q < INF
+                && self.lo > -INF
+                && self.hi < INF
+                && self.lo.div_euclid(q) == self.hi.div_euclid(q)
+            {
+                r = ValueRange {
+                    lo: self.lo.rem_euclid(q),
+                    hi: self.hi.rem_euclid(q),
+                };
+            }
+            out = Some(r);
+        }
+        if b.lo <= -1 {
+            let r = ValueRange {
+                lo: norm(b.lo + 1),
+                hi: 0,
+            };
+            out = Some(out.map_or(r, |o| o.union(&r)));
+        }
+        out.unwrap_or(ValueRange::UNBOUNDED)
+    }
+}
+
+/// `floor(a / b)` for `b ∈ [p, q]`, `1 ≤ p ≤ q` (q may be INF).
+fn floordiv_pos(a: &ValueRange, p: i128, q: i128) -> ValueRange {
+    let fdiv = |x: i128, y: i128| x.div_euclid(y); // y > 0: Euclid == floor
+    let hi = if a.hi >= INF {
+        INF
+    } else if a.hi >= 0 {
+        fdiv(a.hi, p)
+    } else if q >= INF {
+        -1
+    } else {
+        fdiv(a.hi, q)
+    };
+    let lo = if a.lo <= -INF {
+        -INF
+    } else if a.lo >= 0 {
+        if q >= INF {
+            0
+        } else {
+            fdiv(a.lo, q)
+        }
+    } else {
+        fdiv(a.lo, p)
+    };
+    ValueRange { lo, hi }
+}
+
+impl fmt::Display for ValueRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let end = |v: i128| -> String {
+            if v >= INF {
+                "inf".into()
+            } else if v <= -INF {
+                "-inf".into()
+            } else {
+                v.to_string()
+            }
+        };
+        write!(f, "[{}, {}]", end(self.lo), end(self.hi))
+    }
+}

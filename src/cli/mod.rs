@@ -1,0 +1,33 @@
+//! The `guardless` command line. Each subcommand returns its output as text so that tests can run
+//! it in-process.
+
+mod sym;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "guardless",
+    version,
+    about = "A guard-free compiler backend for PyTorch graphs with symbolic sizes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Use the symbolic shape engine by hand.
+    #[command(subcommand)]
+    Sym(sym::SymCommand),
+}
+
+pub use sym::SymCommand;
+
+/// Runs a parsed command line; the output to print, or the error.
+pub fn run(cli: Cli) -> Result<String, String> {
+    match cli.command {
+        Command::Sym(cmd) => sym::run(cmd),
+    }
+}
