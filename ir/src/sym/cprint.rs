@@ -85,8 +85,14 @@ impl ShapeEnv {
             Node::Bool(b) => out.push_str(if b { "1" } else { "0" }),
             Node::Sym(id) => out.push_str(&self.pool.symbol(id).name),
             Node::Add { terms, constant } => {
+                // Zero-coefficient terms exist only to raise a division by zero; C cannot raise
+                // (it would trap or be undefined), so they are left out.
+                let live: Vec<(Expr, i64)> = terms.iter().copied().filter(|t| t.1 != 0).collect();
+                if live.is_empty() {
+                    return Self::literal(constant, p, out);
+                }
                 out.push('(');
-                for (i, &(t, c)) in terms.iter().enumerate() {
+                for (i, &(t, c)) in live.iter().enumerate() {
                     if i > 0 {
                         out.push_str(" + ");
                     }

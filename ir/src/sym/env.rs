@@ -309,10 +309,10 @@ impl ShapeEnv {
     fn learn(&mut self, c: Expr) -> Result<(), String> {
         match self.pool.node(c).clone() {
             Node::And(args) => {
-                for a in args.iter() {
-                    let a = self.simplify(*a);
+                for &orig in args.iter() {
+                    let a = self.simplify(orig);
                     if self.pool.as_bool(a) == Some(false) {
-                        return Err(format!("'{}' is false", self.text(a)));
+                        return Err(format!("'{}' is false given the rest", self.text(orig)));
                     }
                     self.learn(a)?;
                 }
@@ -321,7 +321,11 @@ impl ShapeEnv {
             Node::Cmp(op, a, b) => {
                 let d = self.pool.sub(a, b);
                 match op {
-                    CmpOp::Eq => self.learn_eq(d),
+                    CmpOp::Eq => {
+                        // `u2 == u0 + u1` defines the lone symbol: it is the one eliminated.
+                        let lone = self.pool.as_symbol(a).or(self.pool.as_symbol(b));
+                        self.learn_eq(d, lone)
+                    }
                     CmpOp::Ne => self.learn_ne(d),
                     CmpOp::Le => self.learn_range(d, ValueRange { lo: -INF, hi: 0 }),
                     CmpOp::Lt => self.learn_range(d, ValueRange { lo: -INF, hi: -1 }),
@@ -473,7 +477,7 @@ impl ShapeEnv {
         self.narrow(key, new)
     }
 
-    fn learn_eq(&mut self, d: Expr) -> Result<(), String> {
+    fn learn_eq(&mut self, d: Expr, lone: Option<SymbolId>) -> Result<(), String> {
         // `x % n == 0`: divisibility.
         if let Node::Mod(x, n) = *self.pool.node(d) {
             if let Some(n) = self.pool.as_const(n).filter(|&n| n > 0) {
@@ -493,9 +497,11 @@ impl ShapeEnv {
             .max_by_key(|&&(t, _)| {
                 let id = self.pool.as_symbol(t).expect("filtered");
                 let st = &self.syms[id.index()];
-                // Eliminate unbacked before backed, hint-less before hinted, newest first.
+                // Eliminate unbacked before backed, the lone side of the equality first, then
+                // hint-less before hinted, newest first.
                 (
                     self.pool.symbol(id).kind == SymbolKind::Unbacked,
+                    Some(id) == lone,
                     st.hint.is_none(),
                     id.index(),
                 )

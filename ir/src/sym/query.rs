@@ -280,10 +280,62 @@ impl ShapeEnv {
         m.checked_rem(n).is_none_or(|r| r == 0)
     }
 
-    /// Whether every allowed value of `e` fits in `i32`.
+    /// Whether every allowed value of `e` — and of every intermediate value of its C form (each
+    /// subexpression, each partial sum and product) — fits in `i32`, so 32-bit index arithmetic is
+    /// exact.
     pub fn fits_in_i32(&mut self, e: Expr) -> bool {
-        let r = self.bound(e);
-        r.lo >= i32::MIN as i128 && r.hi <= i32::MAX as i128
+        let s = self.simplify(e);
+        let limit = ValueRange {
+            lo: i32::MIN as i128,
+            hi: i32::MAX as i128,
+        };
+        self.fits_in(s, &limit)
+    }
+
+    fn fits_in(&mut self, e: Expr, limit: &ValueRange) -> bool {
+        let inside = |r: ValueRange| r.lo >= limit.lo && r.hi <= limit.hi;
+        if !inside(self.interval(e)) {
+            return false;
+        }
+        match self.pool.node(e).clone() {
+            Node::Add { terms, constant } => {
+                let mut acc: Option<ValueRange> = None;
+                for &(t, c) in terms.iter().filter(|t| t.1 != 0) {
+                    let term = self.interval(t).scale(c);
+                    let next = acc.map_or(term, |a| a.add(&term));
+                    if !self.fits_in(t, limit) || !inside(term) || !inside(next) {
+                        return false;
+                    }
+                    acc = Some(next);
+                }
+                inside(
+                    acc.unwrap_or(ValueRange::point(0))
+                        .add(&ValueRange::point(constant)),
+                )
+            }
+            Node::Mul(factors) => {
+                let mut acc = ValueRange::point(1);
+                for &(f, n) in factors.iter() {
+                    let r = self.interval(f);
+                    for _ in 0..n {
+                        acc = acc.mul(&r);
+                        if !inside(acc) {
+                            return false;
+                        }
+                    }
+                    if !self.fits_in(f, limit) {
+                        return false;
+                    }
+                }
+                true
+            }
+            _ => {
+                let mut kids = Vec::new();
+                self.pool.for_each_child(e, |c| kids.push(c));
+                kids.into_iter()
+                    .all(|c| self.pool.info(c).is_bool || self.fits_in(c, limit))
+            }
+        }
     }
 
     /// Evaluates `e` at run time. A symbol without a value that an equality eliminated is computed

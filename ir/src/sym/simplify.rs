@@ -249,7 +249,11 @@ impl ShapeEnv {
         if ry.contains(0) || self.may_raise_here(x) || self.may_raise_here(y) {
             return base;
         }
-        if self.exact_quotient(x, y).is_some() {
+        let multiple = self
+            .pool
+            .as_const(y)
+            .is_some_and(|c| self.known_multiple(x).checked_rem(c) == Some(0));
+        if multiple || self.exact_quotient(x, y).is_some() {
             return self.pool.scale(x, 0);
         }
         if ry.lo >= 1 {

@@ -1,0 +1,281 @@
+//! Semantics of the guard-free query API, of asserts, and of every bad input the engine handles.
+
+use guardless_ir::sym::{Bindings, ShapeEnv, SymError, ValueRange, INF};
+
+fn env() -> ShapeEnv {
+    let mut env = ShapeEnv::new();
+    env.backed("s0", 64, Some(2), Some(1024)).unwrap();
+    env.backed("s1", 100, None, None).unwrap();
+    env.unbacked_size("u0", None, None, None).unwrap();
+    env.unbacked_size("u1", None, None, Some(4096)).unwrap();
+    env.unbacked_size("u2", None, Some(1_000_000), None)
+        .unwrap();
+    env
+}
+
+fn e(env: &mut ShapeEnv, text: &str) -> guardless_ir::sym::Expr {
+    env.parse(text).unwrap()
+}
+
+#[test]
+fn guard_or_false_on_unbacked_records_nothing_and_answers_false() {
+    let mut env = env();
+    let c = e(&mut env, "u0 == 1");
+    assert!(!env.guard_or_false(c));
+    assert!(env.guard_or_true(c));
+    let c = e(&mut env, "u0 + u1 > s0");
+    assert!(!env.guard_or_false(c));
+    assert!(env.guards().is_empty());
+}
+
+#[test]
+fn guard_or_false_on_backed_evaluates_the_hint_and_records_a_guard() {
+    let mut env = env();
+    let c = e(&mut env, "s0 > 32");
+    assert!(env.guard_or_false(c));
+    let c = e(&mut env, "s1 == 7");
+    assert!(!env.guard_or_true(c));
+    let guards: Vec<String> = env.guards().iter().map(|g| env.text(g.cond)).collect();
+    assert_eq!(guards, ["s0 > 32", "s1 != 7"]);
+}
+
+#[test]
+fn statically_known_decides_from_ranges_and_never_records() {
+    let mut env = env();
+    for (text, want) in [
+        ("u0 >= 0", Some(true)),
+        ("u0 < 0", Some(false)),
+        ("u0 == 0", None),
+        ("s0 >= 2", Some(true)),
+        ("s0 == 1", Some(false)),
+        ("u2 <= 1000000", Some(true)),
+        ("u0 + 1 >= 1", Some(true)),
+        ("s0 > 100", None),
+    ] {
+        let c = e(&mut env, text);
+        assert_eq!(env.statically_known(c), want, "{text}");
+        assert_eq!(env.statically_known_true(c), want == Some(true));
+        assert_eq!(env.statically_known_false(c), want == Some(false));
+    }
+    assert!(env.guards().is_empty());
+}
+
+#[test]
+fn guarding_hint_is_a_typed_data_dependent_error_for_unbacked() {
+    let mut env = env();
+    let x = e(&mut env, "s0*s1 + 1");
+    assert_eq!(env.guarding_hint(x), Ok(6401));
+    let y = e(&mut env, "s0 + u1 + u0");
+    match env.guarding_hint(y) {
+        Err(SymError::DataDependent { expr, symbols }) => {
+            assert_eq!(expr, "s0 + u0 + u1");
+            assert_eq!(symbols.len(), 2);
+            assert!(symbols.contains(&"u0".to_string()) && symbols.contains(&"u1".to_string()));
+        }
+        other => panic!("expected a data-dependent error, got {other:?}"),
+    }
+    // An unbacked symbol that cancels out is not data-dependent.
+    let z = e(&mut env, "s0 + u0 - u0");
+    assert_eq!(env.guarding_hint(z), Ok(64));
+    let c = e(&mut env, "u0 > 5");
+    assert!(matches!(
+        env.evaluate_guard(c),
+        Err(SymError::DataDependent { .. })
+    ));
+    let c = e(&mut env, "s0 > 5");
+    assert_eq!(env.evaluate_guard(c), Ok(true));
+    assert_eq!(env.guards().len(), 1);
+}
+
+#[test]
+fn optimization_hints_follow_the_documented_order() {
+    let mut env = env();
+    let cases = [
+        ("s0", 64),        // backed hint
+        ("u1", 4096),      // user optimization hint
+        ("u0", 8192),      // fallback
+        ("u0 + s0", 8256), // mixed
+        ("u2 // 2", 4096), // fallback inside an expression
+        ("Min(u0, 100)", 100),
+    ];
+    for (text, want) in cases {
+        let x = e(&mut env, text);
+        assert_eq!(env.optimization_hint(x), want, "{text}");
+    }
+    // The fallback is clamped to the symbol's range.
+    let mut small = ShapeEnv::new();
+    let u = small.unbacked_size("u0", Some(1), Some(64), None).unwrap();
+    assert_eq!(small.optimization_hint(u), 64);
+    // And it is configurable.
+    small.set_fallback_hint(7);
+    assert_eq!(small.optimization_hint(u), 7);
+}
+
+#[test]
+fn hints_are_consistent_through_asserted_equalities() {
+    let mut env = env();
+    env.unbacked_size("u3", None, None, None).unwrap();
+    env.check_text("u3 == u1 + s0").unwrap();
+    let u3 = e(&mut env, "u3");
+    assert_eq!(env.optimization_hint(u3), 4096 + 64);
+}
+
+#[test]
+fn hints_respect_linear_assert_bounds() {
+    let mut env = env();
+    env.check_text("u0 <= s1").unwrap();
+    let d = e(&mut env, "s1 - u0");
+    assert!(env.optimization_hint(d) >= 0);
+    let u0 = e(&mut env, "u0");
+    assert_eq!(env.optimization_hint(u0), 100);
+    // The fact itself is known, guard-free.
+    let c = e(&mut env, "s1 - u0 >= 0");
+    assert!(env.statically_known_true(c));
+    assert_eq!(env.bound(d).lo, 0);
+}
+
+#[test]
+fn hint_computation_never_panics() {
+    let mut env = env();
+    let x = e(&mut env, "s0 // (u0 - u0 + u2 - 8192)");
+    // u2's hint is 8192, so the hint divides by zero: the fallback, clamped, is returned.
+    let h = env.optimization_hint(x);
+    assert!(env.bound(x).contains(h));
+    let big = e(&mut env, "u0 * u0 * u0 * u0 * u0 * u0");
+    let h = env.optimization_hint(big);
+    assert!(h > 0);
+}
+
+#[test]
+fn asserts_refine_ranges() {
+    let mut env = env();
+    env.check_text("u0 >= 2").unwrap();
+    env.check_text("u0 <= s0").unwrap();
+    let u0 = e(&mut env, "u0");
+    assert_eq!(env.bound(u0), ValueRange::new(2, 1024).unwrap());
+    env.check_text("u2 != 0").unwrap();
+    let u2 = e(&mut env, "u2");
+    assert_eq!(env.bound(u2).lo, 1);
+    env.check_text("2*u1 + 6 <= 100").unwrap();
+    let u1 = e(&mut env, "u1");
+    assert_eq!(env.bound(u1), ValueRange::new(0, 47).unwrap());
+    // Facts about non-symbol expressions: a sum of sizes.
+    env.check_text("u0 + u2 <= 5000").unwrap();
+    let sum = e(&mut env, "2*u0 + 2*u2 + 1");
+    assert_eq!(env.bound(sum).hi, 10001);
+    assert_eq!(env.runtime_asserts().len(), 5);
+}
+
+#[test]
+fn bad_asserts_are_errors_naming_them() {
+    let mut env = env();
+    assert!(
+        matches!(env.check_text("u0 < 0"), Err(SymError::AssertAlwaysFalse { assert }) if assert == "u0 < 0")
+    );
+    env.check_text("u2 >= 10").unwrap();
+    // False given what is known: named as such.
+    assert!(
+        matches!(env.check_text("u2 <= 5"), Err(SymError::AssertAlwaysFalse { assert }) if assert == "u2 <= 5")
+    );
+    // Each half is possible, together they are not.
+    match env.check_text("(u2 <= 20) & (u2 >= 30)") {
+        Err(SymError::Contradiction { assert, detail }) => {
+            assert_eq!(assert, "(u2 <= 20) & (u2 >= 30)");
+            assert!(detail.contains("u2 >= 30"), "{detail}");
+        }
+        other => panic!("expected a contradiction, got {other:?}"),
+    }
+    assert!(matches!(
+        env.check_text("u0 + 1"),
+        Err(SymError::NotBoolean { .. })
+    ));
+    assert!(matches!(
+        env.check_text("u9 > 0"),
+        Err(SymError::Parse { .. })
+    ));
+    // A trivially true assert is not recorded.
+    let before = env.runtime_asserts().len();
+    env.check_text("u0 >= 0").unwrap();
+    assert_eq!(env.runtime_asserts().len(), before);
+}
+
+#[test]
+fn multiple_of_and_fits_in_i32() {
+    let mut env = env();
+    let x = e(&mut env, "16*u0 + 32");
+    assert!(env.statically_known_multiple_of(x, 16));
+    assert!(!env.statically_known_multiple_of(x, 64));
+    let zero = e(&mut env, "u0 - u0");
+    assert!(env.statically_known_multiple_of(zero, 0));
+    let s = e(&mut env, "s0 * 1024");
+    assert!(env.fits_in_i32(s));
+    let u = e(&mut env, "u2 * 4096");
+    assert!(!env.fits_in_i32(u));
+    env.check_text("u2 <= 1000").unwrap();
+    assert!(env.fits_in_i32(u));
+    // The final value fits but an intermediate of the C form does not.
+    let wide = e(&mut env, "s0*3000000 - s0*3000000 + Min(s0*4000000, 5)");
+    assert!(env.bound(wide).hi <= 5);
+    assert!(!env.fits_in_i32(wide));
+    let unbounded = e(&mut env, "u0");
+    assert!(!env.fits_in_i32(unbounded));
+    assert_eq!(env.bound(unbounded).hi, INF);
+}
+
+#[test]
+fn evaluate_and_runtime_checks() {
+    let mut env = env();
+    env.unbacked_size("u3", None, None, None).unwrap();
+    env.check_text("u3 == u0 + u1").unwrap();
+    env.check_text("u0 <= s0").unwrap();
+    let id = |env: &ShapeEnv, n: &str| env.symbol_id(n).unwrap();
+    let mut b = Bindings::new();
+    b.set(id(&env, "s0"), 10)
+        .set(id(&env, "u0"), 3)
+        .set(id(&env, "u1"), 4);
+    let x = e(&mut env, "u3 * s0");
+    // u3 was eliminated by the equality: it is computed from u0 + u1.
+    assert_eq!(env.evaluate(x, &b), Ok(70));
+    assert_eq!(env.check_bindings(&b), Ok(()));
+    b.set(id(&env, "u0"), 11);
+    assert!(
+        matches!(env.check_bindings(&b), Err(SymError::AssertFailed { assert }) if assert == "u0 <= s0")
+    );
+    b.set(id(&env, "u0"), -1);
+    assert!(
+        matches!(env.check_bindings(&b), Err(SymError::ValueOutOfRange { name, .. }) if name == "u0")
+    );
+}
+
+#[test]
+fn declaration_errors_name_the_symbol() {
+    let mut env = env();
+    assert_eq!(
+        env.unbacked_size("u0", None, None, None),
+        Err(SymError::DuplicateSymbol { name: "u0".into() })
+    );
+    assert!(matches!(
+        env.unbacked_size("3x", None, None, None),
+        Err(SymError::InvalidSymbolName { .. })
+    ));
+    assert!(matches!(
+        env.unbacked_size("and", None, None, None),
+        Err(SymError::InvalidSymbolName { .. })
+    ));
+    assert!(
+        matches!(env.backed("s9", 5000, None, Some(10)), Err(SymError::HintOutOfRange { name, .. }) if name == "s9")
+    );
+    assert!(matches!(
+        env.unbacked_size("u9", Some(5), Some(4), None),
+        Err(SymError::EmptyRange { .. })
+    ));
+}
+
+#[test]
+fn fresh_symbols() {
+    let mut env = env();
+    let s = env.new_backed(12).unwrap();
+    let u = env.new_unbacked_size(None);
+    assert_ne!(env.text(s), env.text(u));
+    assert!(env.text(s).starts_with('s') && env.text(u).starts_with('u'));
+}
