@@ -214,7 +214,7 @@ fn multiple_of_and_fits_in_i32() {
     env.check_text("u2 <= 1000").unwrap();
     assert!(env.fits_in_i32(u));
     // The final value fits but an intermediate of the C form does not.
-    let wide = e(&mut env, "s0*3000000 - s0*3000000 + Min(s0*4000000, 5)");
+    let wide = e(&mut env, "Min(u2*4000000, 5)");
     assert!(env.bound(wide).hi <= 5);
     assert!(!env.fits_in_i32(wide));
     let unbounded = e(&mut env, "u0");
