@@ -1,6 +1,8 @@
 //! Canonical sums and products: like terms combined, constants folded, products of small sums
 //! expanded. Range-free: these rules hold for every value of every symbol.
 
+use std::cmp::Ordering;
+
 use super::expr::{ArithOp, Expr, Node};
 use super::pool::ExprPool;
 
@@ -15,6 +17,15 @@ impl ExprPool {
             Node::Const(c) => (Vec::new(), *c),
             Node::Add { terms, constant } => (terms.to_vec(), *constant),
             _ => (vec![(e, 1)], 0),
+        }
+    }
+
+    /// Calls `f` with `e` as `(terms, constant)` without copying the terms.
+    pub(crate) fn with_parts<R>(&self, e: Expr, f: impl FnOnce(&[(Expr, i64)], i64) -> R) -> R {
+        match self.node(e) {
+            Node::Const(c) => f(&[], *c),
+            Node::Add { terms, constant } => f(terms, *constant),
+            _ => f(&[(e, 1)], 0),
         }
     }
 
@@ -51,15 +62,15 @@ impl ExprPool {
             terms.sort_by(|a, b| self.cmp(a.0, b.0));
         }
         let constant = i64::try_from(constant).ok()?;
-        let mut merged = self.merge_sorted(terms)?;
+        Self::merge_in_place(&mut terms)?;
         // A zero-coefficient term is kept only for the division by zero it may raise, so it is
         // spelled as the atoms that may raise: `0*x*(y//z)` is `0*(y//z)`. One canonical spelling.
-        if merged
+        if terms
             .iter()
             .any(|&(t, c)| c == 0 && self.is_compound_raiser(t))
         {
-            let mut flat = Vec::with_capacity(merged.len());
-            for (t, c) in merged {
+            let mut flat = Vec::with_capacity(terms.len());
+            for (t, c) in terms {
                 if c == 0 && self.is_compound_raiser(t) {
                     let mut atoms = Vec::new();
                     self.raising_atoms(t, &mut atoms);
@@ -69,16 +80,32 @@ impl ExprPool {
                 }
             }
             flat.sort_by(|a, b| self.cmp(a.0, b.0));
-            merged = self.merge_sorted(flat)?;
+            Self::merge_in_place(&mut flat)?;
+            terms = flat;
         }
-        let mut out: Vec<(Expr, i64)> = Vec::with_capacity(merged.len());
-        for (t, c) in merged {
-            if c == 0 && !self.may_raise(t) {
-                continue;
-            }
-            out.push((t, i64::try_from(c).ok()?));
+        let keep = |p: &Self, &(t, c): &(Expr, i128)| c != 0 || p.may_raise(t);
+        let n = terms.iter().filter(|t| keep(self, t)).count();
+        let mut out: Vec<(Expr, i64)> = Vec::with_capacity(n);
+        for t in terms.iter().filter(|t| keep(self, t)) {
+            out.push((t.0, i64::try_from(t.1).ok()?));
         }
         Some(self.make_sum(out, constant))
+    }
+
+    /// Adds up the coefficients of equal neighbours.
+    fn merge_in_place(terms: &mut Vec<(Expr, i128)>) -> Option<()> {
+        let mut overflow = false;
+        terms.dedup_by(|later, kept| {
+            if later.0 != kept.0 {
+                return false;
+            }
+            match kept.1.checked_add(later.1) {
+                Some(c) => kept.1 = c,
+                None => overflow = true,
+            }
+            true
+        });
+        (!overflow).then_some(())
     }
 
     /// A product or sum that may raise: reduced to its raising atoms when its coefficient is 0.
@@ -96,17 +123,6 @@ impl ExprPool {
             _ if self.may_raise(t) => out.push(t),
             _ => {}
         }
-    }
-
-    fn merge_sorted(&self, terms: Vec<(Expr, i128)>) -> Option<Vec<(Expr, i128)>> {
-        let mut merged: Vec<(Expr, i128)> = Vec::with_capacity(terms.len());
-        for (t, c) in terms {
-            match merged.last_mut() {
-                Some(last) if last.0 == t => last.1 = last.1.checked_add(c)?,
-                _ => merged.push((t, c)),
-            }
-        }
-        Some(merged)
     }
 
     fn unfolded(&mut self, op: ArithOp, a: Expr, b: Expr) -> Expr {
@@ -130,22 +146,48 @@ impl ExprPool {
             }
             _ => {}
         }
+        // Both term lists are sorted: merge them in linear time (long concatenation sums). The
+        // common case — no coefficient cancels or overflows — builds the result in one pass.
+        let merged: Option<(Vec<(Expr, i64)>, i64)> = self.with_parts(a, |ta, ca| {
+            self.with_parts(b, |tb, cb| {
+                let mut terms = Vec::with_capacity(ta.len() + tb.len());
+                let (mut i, mut j) = (0, 0);
+                while i < ta.len() || j < tb.len() {
+                    let ord = if i == ta.len() {
+                        Ordering::Greater
+                    } else if j == tb.len() {
+                        Ordering::Less
+                    } else {
+                        self.cmp(ta[i].0, tb[j].0)
+                    };
+                    match ord {
+                        Ordering::Less => {
+                            terms.push(ta[i]);
+                            i += 1;
+                        }
+                        Ordering::Greater => {
+                            terms.push(tb[j]);
+                            j += 1;
+                        }
+                        Ordering::Equal => {
+                            let c = ta[i].1.checked_add(tb[j].1).filter(|&c| c != 0)?;
+                            terms.push((ta[i].0, c));
+                            i += 1;
+                            j += 1;
+                        }
+                    }
+                }
+                Some((terms, ca.checked_add(cb)?))
+            })
+        });
+        if let Some((terms, constant)) = merged {
+            return self.make_sum(terms, constant);
+        }
+        // Something cancels or overflows: the general path.
         let (ta, ca) = self.linear_parts(a);
         let (tb, cb) = self.linear_parts(b);
-        // Both term lists are sorted: merge them in linear time (long concatenation sums).
-        let mut terms = Vec::with_capacity(ta.len() + tb.len());
-        let (mut i, mut j) = (0, 0);
-        while i < ta.len() || j < tb.len() {
-            let take_a = j == tb.len() || (i < ta.len() && self.cmp(ta[i].0, tb[j].0).is_le());
-            if take_a {
-                terms.push((ta[i].0, ta[i].1 as i128));
-                i += 1;
-            } else {
-                terms.push((tb[j].0, tb[j].1 as i128));
-                j += 1;
-            }
-        }
-        match self.finish_sum(terms, ca as i128 + cb as i128, true) {
+        let terms = ta.iter().chain(&tb).map(|&(t, c)| (t, c as i128)).collect();
+        match self.finish_sum(terms, ca as i128 + cb as i128, false) {
             Some(e) => e,
             None => self.unfolded(ArithOp::Add, a, b),
         }
@@ -182,6 +224,45 @@ impl ExprPool {
                 let s = self.scale(e, k);
                 self.add(acc, s)
             }),
+        }
+    }
+
+    /// `Σ sorted + Σ kᵢ·extraᵢ + constant`, where `sorted` is already a sorted list of distinct
+    /// atoms: only the extra part is sorted before a linear merge (re-simplifying a long sum after
+    /// one substitution stays linear).
+    pub(crate) fn sum_with_extra(
+        &mut self,
+        sorted: &[(Expr, i64)],
+        extra: &[(Expr, i64)],
+        constant: i64,
+    ) -> Expr {
+        let mut more: Vec<(Expr, i128)> = Vec::new();
+        let mut acc = constant as i128;
+        for &(e, k) in extra {
+            let (t, c) = self.linear_parts(e);
+            more.extend(t.into_iter().map(|(t, m)| (t, m as i128 * k as i128)));
+            acc += c as i128 * k as i128;
+        }
+        more.sort_by(|a, b| self.cmp(a.0, b.0));
+        let mut merged = Vec::with_capacity(sorted.len() + more.len());
+        let (mut i, mut j) = (0, 0);
+        while i < sorted.len() || j < more.len() {
+            let take_sorted =
+                j == more.len() || (i < sorted.len() && self.cmp(sorted[i].0, more[j].0).is_le());
+            if take_sorted {
+                merged.push((sorted[i].0, sorted[i].1 as i128));
+                i += 1;
+            } else {
+                merged.push(more[j]);
+                j += 1;
+            }
+        }
+        match self.finish_sum(merged, acc, true) {
+            Some(e) => e,
+            None => {
+                let all: Vec<(Expr, i64)> = sorted.iter().chain(extra).copied().collect();
+                self.linear_combination(&all, constant)
+            }
         }
     }
 
@@ -267,22 +348,22 @@ impl ExprPool {
         let (mut i, mut j) = (0, 0);
         while i < fx.len() || j < fy.len() {
             let ord = if i == fx.len() {
-                std::cmp::Ordering::Greater
+                Ordering::Greater
             } else if j == fy.len() {
-                std::cmp::Ordering::Less
+                Ordering::Less
             } else {
                 self.cmp_factor(fx[i].0, fy[j].0)
             };
             match ord {
-                std::cmp::Ordering::Less => {
+                Ordering::Less => {
                     out.push(fx[i]);
                     i += 1;
                 }
-                std::cmp::Ordering::Greater => {
+                Ordering::Greater => {
                     out.push(fy[j]);
                     j += 1;
                 }
-                std::cmp::Ordering::Equal => {
+                Ordering::Equal => {
                     out.push((fx[i].0, fx[i].1.checked_add(fy[j].1)?));
                     i += 1;
                     j += 1;

@@ -12,13 +12,13 @@ enum Rounding {
     Ceil,
 }
 
-pub(crate) fn gcd(mut a: i64, mut b: i64) -> i64 {
-    a = a.checked_abs().unwrap_or(i64::MAX);
-    b = b.checked_abs().unwrap_or(i64::MAX);
+/// The non-negative gcd; 1 (which divides everything) in the one case 2^63 does not fit.
+pub(crate) fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
     while b != 0 {
         (a, b) = (b, a % b);
     }
-    a
+    i64::try_from(a).unwrap_or(1)
 }
 
 /// Floor division; `None` for a zero divisor or `i64::MIN // -1`.

@@ -6,6 +6,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::divmod::gcd;
 use super::error::SymError;
 use super::expr::{CmpOp, Expr, Node, SymbolId, SymbolKind};
+use super::memo::Memo;
 use super::pool::ExprPool;
 use super::range::{ValueRange, INF};
 
@@ -36,15 +37,14 @@ pub struct Guard {
     pub cond: Expr,
 }
 
-/// A cache slot valid for one version of the environment.
-pub(crate) type Memo<T> = FxHashMap<Expr, (u32, T)>;
-
 #[derive(Clone, Debug)]
 pub struct ShapeEnv {
     pub(crate) pool: ExprPool,
     pub(crate) syms: Vec<SymState>,
     /// Ranges of linear keys (see `linear_key`) and other non-symbol atoms, learned from asserts.
     pub(crate) facts: FxHashMap<Expr, ValueRange>,
+    /// (first atom, number of terms) of every sum in `facts`: a cheap filter before building a key.
+    pub(crate) fact_signatures: FxHashSet<(Expr, usize)>,
     /// Known divisors of non-symbol expressions.
     pub(crate) divisibility: FxHashMap<Expr, i64>,
     asserts: Vec<Expr>,
@@ -57,7 +57,7 @@ pub struct ShapeEnv {
     pub(crate) version: u32,
     pub(crate) simplify_memo: Memo<Expr>,
     pub(crate) range_memo: Memo<ValueRange>,
-    pub(crate) hint_memo: FxHashMap<SymbolId, (u32, i64)>,
+    pub(crate) hint_memo: Memo<i64>,
 }
 
 impl Default for ShapeEnv {
@@ -82,6 +82,7 @@ impl ShapeEnv {
             pool: ExprPool::new(),
             syms: Vec::new(),
             facts: FxHashMap::default(),
+            fact_signatures: FxHashSet::default(),
             divisibility: FxHashMap::default(),
             asserts: Vec::new(),
             assert_set: FxHashSet::default(),
@@ -89,9 +90,9 @@ impl ShapeEnv {
             guard_set: FxHashSet::default(),
             fallback_hint: DEFAULT_FALLBACK_HINT,
             version: 0,
-            simplify_memo: Memo::default(),
-            range_memo: Memo::default(),
-            hint_memo: FxHashMap::default(),
+            simplify_memo: Memo::new(Expr(0)),
+            range_memo: Memo::new(ValueRange::UNBOUNDED),
+            hint_memo: Memo::new(0),
         }
     }
 
@@ -385,6 +386,9 @@ impl ShapeEnv {
             .intersect(&kr)
             .ok_or_else(|| format!("{} ∈ {old} and {kr}", self.text(key)))?;
         if new != old {
+            if let Node::Add { terms, .. } = self.pool.node(key) {
+                self.fact_signatures.insert((terms[0].0, terms.len()));
+            }
             self.facts.insert(key, new);
             self.changed();
         }
@@ -486,13 +490,16 @@ impl ShapeEnv {
             }
         }
         let (terms, _) = self.pool.linear_parts(d);
+        // A symbol can be solved for when it occurs in no other term (trivial when all are symbols).
+        let all_symbols = terms.iter().all(|&(t, _)| self.pool.as_symbol(t).is_some());
         let pick = terms
             .iter()
             .filter(|&&(t, c)| c.abs() == 1 && self.pool.as_symbol(t).is_some())
             .filter(|&&(t, _)| {
-                terms
-                    .iter()
-                    .all(|&(o, _)| o == t || !self.pool.contains(o, t))
+                all_symbols
+                    || terms
+                        .iter()
+                        .all(|&(o, _)| o == t || !self.pool.contains(o, t))
             })
             .max_by_key(|&&(t, _)| {
                 let id = self.pool.as_symbol(t).expect("filtered");

@@ -5,7 +5,7 @@
 
 use thiserror::Error;
 
-use super::expr::{ArithOp, Expr, Node, SymbolId};
+use super::expr::{ArithOp, CmpOp, Expr, Node, SymbolId};
 use super::pool::ExprPool;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -49,14 +49,40 @@ impl ExprPool {
         })
     }
 
+    /// Evaluates all operands; an overflow is reported only if no operand divides by zero.
+    fn operands(
+        &self,
+        xs: impl Iterator<Item = Expr>,
+        value_of: &mut dyn FnMut(SymbolId) -> Option<i64>,
+    ) -> Result<Vec<i128>, EvalError> {
+        let mut out = Vec::new();
+        let mut overflowed: Option<EvalError> = None;
+        for x in xs {
+            match self.eval_exact(x, value_of) {
+                Ok(v) => out.push(v),
+                Err(err @ EvalError::Overflow { .. }) => {
+                    overflowed.get_or_insert(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        match overflowed {
+            Some(err) => Err(err),
+            None => Ok(out),
+        }
+    }
+
+    /// Exact value of `e`. A division by zero anywhere among the operands evaluated wins over an
+    /// overflow seen first, so that "raises" never depends on evaluation order.
     fn eval_exact(
         &self,
         e: Expr,
         value_of: &mut dyn FnMut(SymbolId) -> Option<i64>,
     ) -> Result<i128, EvalError> {
-        let checked = |p: &Self, v: Option<i128>| -> Result<i128, EvalError> {
+        let overflow = |p: &Self| EvalError::Overflow { expr: p.to_text(e) };
+        let checked = |p: &Self, v: Option<i128>| {
             v.filter(|v| v.checked_abs().is_some())
-                .ok_or_else(|| EvalError::Overflow { expr: p.to_text(e) })
+                .ok_or_else(|| overflow(p))
         };
         Ok(match self.node(e) {
             Node::Const(c) => *c as i128,
@@ -65,27 +91,29 @@ impl ExprPool {
                 symbol: self.symbol(*s).name.to_string(),
             })? as i128,
             Node::Add { terms, constant } => {
-                let mut acc = *constant as i128;
-                for &(t, c) in terms.iter() {
-                    let v = self.eval_exact(t, value_of);
-                    if c == 0 {
-                        // Kept only for a division by zero it may raise; its size is irrelevant.
-                        match v {
-                            Err(EvalError::Overflow { .. }) | Ok(_) => continue,
-                            Err(e) => return Err(e),
-                        }
+                // A zero-coefficient term is kept only for a division by zero it may raise; its
+                // size is irrelevant, so only that error counts.
+                for &(t, _) in terms.iter().filter(|t| t.1 == 0) {
+                    match self.eval_exact(t, value_of) {
+                        Ok(_) | Err(EvalError::Overflow { .. }) => {}
+                        Err(err) => return Err(err),
                     }
+                }
+                let live: Vec<(Expr, i64)> = terms.iter().copied().filter(|t| t.1 != 0).collect();
+                let vals = self.operands(live.iter().map(|t| t.0), value_of)?;
+                let mut acc = *constant as i128;
+                for (&(_, c), v) in live.iter().zip(vals) {
                     acc = checked(
                         self,
-                        v?.checked_mul(c as i128).and_then(|x| acc.checked_add(x)),
+                        v.checked_mul(c as i128).and_then(|x| acc.checked_add(x)),
                     )?;
                 }
                 acc
             }
             Node::Mul(factors) => {
+                let vals = self.operands(factors.iter().map(|f| f.0), value_of)?;
                 let mut acc: i128 = 1;
-                for &(f, n) in factors.iter() {
-                    let v = self.eval_exact(f, value_of)?;
+                for (&(_, n), v) in factors.iter().zip(vals) {
                     for _ in 0..n {
                         acc = checked(self, acc.checked_mul(v))?;
                     }
@@ -93,8 +121,8 @@ impl ExprPool {
                 acc
             }
             Node::FloorDiv(a, b) | Node::CeilDiv(a, b) | Node::Mod(a, b) => {
-                let x = self.eval_exact(*a, value_of)?;
-                let y = self.eval_exact(*b, value_of)?;
+                let v = self.operands([*a, *b].into_iter(), value_of)?;
+                let (x, y) = (v[0], v[1]);
                 if y == 0 {
                     return Err(EvalError::DivisionByZero {
                         expr: self.to_text(e),
@@ -106,19 +134,16 @@ impl ExprPool {
                     _ => py_mod(x, y),
                 }
             }
-            Node::Min(args) | Node::Max(args) => {
-                let is_min = matches!(self.node(e), Node::Min(_));
-                let mut best: Option<i128> = None;
-                for &a in args.iter() {
-                    let v = self.eval_exact(a, value_of)?;
-                    best = Some(match best {
-                        None => v,
-                        Some(b) if is_min => b.min(v),
-                        Some(b) => b.max(v),
-                    });
-                }
-                best.unwrap_or(0)
-            }
+            Node::Min(args) => self
+                .operands(args.iter().copied(), value_of)?
+                .into_iter()
+                .min()
+                .unwrap_or(0),
+            Node::Max(args) => self
+                .operands(args.iter().copied(), value_of)?
+                .into_iter()
+                .max()
+                .unwrap_or(0),
             Node::Where(c, a, b) => {
                 if self.eval_exact(*c, value_of)? != 0 {
                     self.eval_exact(*a, value_of)?
@@ -127,37 +152,35 @@ impl ExprPool {
                 }
             }
             Node::Cmp(op, a, b) => {
-                let x = self.eval_exact(*a, value_of)?;
-                let y = self.eval_exact(*b, value_of)?;
-                let holds = match op {
-                    super::expr::CmpOp::Eq => x == y,
-                    super::expr::CmpOp::Ne => x != y,
-                    super::expr::CmpOp::Lt => x < y,
-                    super::expr::CmpOp::Le => x <= y,
-                    super::expr::CmpOp::Gt => x > y,
-                    super::expr::CmpOp::Ge => x >= y,
-                };
-                i128::from(holds)
+                let v = self.operands([*a, *b].into_iter(), value_of)?;
+                let (x, y) = (v[0], v[1]);
+                i128::from(match op {
+                    CmpOp::Eq => x == y,
+                    CmpOp::Ne => x != y,
+                    CmpOp::Lt => x < y,
+                    CmpOp::Le => x <= y,
+                    CmpOp::Gt => x > y,
+                    CmpOp::Ge => x >= y,
+                })
             }
-            Node::And(args) | Node::Or(args) => {
-                let is_and = matches!(self.node(e), Node::And(_));
-                let mut acc = is_and;
-                // Every argument is evaluated, so an error anywhere is reported.
-                for &a in args.iter() {
-                    let v = self.eval_exact(a, value_of)? != 0;
-                    acc = if is_and { acc && v } else { acc || v };
-                }
-                i128::from(acc)
-            }
+            Node::And(args) => i128::from(
+                self.operands(args.iter().copied(), value_of)?
+                    .iter()
+                    .all(|&v| v != 0),
+            ),
+            Node::Or(args) => i128::from(
+                self.operands(args.iter().copied(), value_of)?
+                    .iter()
+                    .any(|&v| v != 0),
+            ),
             Node::Not(a) => i128::from(self.eval_exact(*a, value_of)? == 0),
             Node::Unfolded(op, a, b) => {
-                let x = self.eval_exact(*a, value_of)?;
-                let y = self.eval_exact(*b, value_of)?;
+                let v = self.operands([*a, *b].into_iter(), value_of)?;
                 checked(
                     self,
                     match op {
-                        ArithOp::Add => x.checked_add(y),
-                        ArithOp::Mul => x.checked_mul(y),
+                        ArithOp::Add => v[0].checked_add(v[1]),
+                        ArithOp::Mul => v[0].checked_mul(v[1]),
                     },
                 )?
             }

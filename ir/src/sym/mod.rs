@@ -15,6 +15,7 @@ mod error;
 mod eval;
 mod expr;
 mod logic;
+mod memo;
 mod parse;
 mod pool;
 mod print;

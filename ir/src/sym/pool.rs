@@ -2,7 +2,10 @@
 
 use std::cmp::Ordering;
 
-use rustc_hash::FxHashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::expr::{Expr, Node, NodeInfo, SymbolId, SymbolKind};
 
@@ -11,8 +14,11 @@ use super::expr::{Expr, Node, NodeInfo, SymbolId, SymbolKind};
 pub struct SymbolName {
     pub name: Box<str>,
     pub kind: SymbolKind,
-    /// Natural sort key: `s2 < s10`.
-    order: (Box<str>, u64),
+    /// Natural sort key, `s2 < s10`: the prefix before the trailing digits (its first 8 bytes as a
+    /// big-endian integer compare like the string), then the number.
+    head: u64,
+    prefix: Box<str>,
+    num: u64,
 }
 
 /// Interns expression nodes; equal canonical nodes share one [`Expr`].
@@ -20,7 +26,9 @@ pub struct SymbolName {
 pub struct ExprPool {
     nodes: Vec<Node>,
     info: Vec<NodeInfo>,
-    map: FxHashMap<Node, Expr>,
+    /// Ids with the hash of their node (kept, so that growing the table never rehashes long sums);
+    /// the node itself lives once, in `nodes`.
+    map: HashTable<(u64, Expr)>,
     symbols: Vec<SymbolName>,
     names: FxHashMap<Box<str>, SymbolId>,
     zero: Expr,
@@ -40,7 +48,7 @@ impl ExprPool {
         let mut pool = ExprPool {
             nodes: Vec::new(),
             info: Vec::new(),
-            map: FxHashMap::default(),
+            map: HashTable::new(),
             symbols: Vec::new(),
             names: FxHashMap::default(),
             zero: Expr(0),
@@ -141,6 +149,15 @@ impl ExprPool {
 
     /// Whether `needle` occurs in `hay`.
     pub fn contains(&self, hay: Expr, needle: Expr) -> bool {
+        if hay == needle {
+            return true;
+        }
+        if matches!(
+            self.node(hay),
+            Node::Const(_) | Node::Bool(_) | Node::Sym(_)
+        ) {
+            return false;
+        }
         let mut seen = rustc_hash::FxHashSet::default();
         let mut stack = vec![hay];
         while let Some(x) = stack.pop() {
@@ -156,6 +173,14 @@ impl ExprPool {
 
     /// The symbols occurring in `e`, each once, in order of first occurrence.
     pub fn free_symbols(&self, e: Expr) -> Vec<SymbolId> {
+        // Fast path: a sum of distinct plain symbols (concatenation offsets) needs no visited set.
+        if let Node::Add { terms, .. } = self.node(e) {
+            let syms: Option<Vec<SymbolId>> =
+                terms.iter().map(|&(t, _)| self.as_symbol(t)).collect();
+            if let Some(syms) = syms {
+                return syms;
+            }
+        }
         let mut seen = rustc_hash::FxHashSet::default();
         let mut out = Vec::new();
         let mut stack = vec![e];
@@ -202,10 +227,15 @@ impl ExprPool {
         let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         let (prefix, num) = name.split_at(name.len() - digits);
         let num = num.parse::<u64>().unwrap_or(0);
+        let mut head = [0u8; 8];
+        let n = prefix.len().min(8);
+        head[..n].copy_from_slice(&prefix.as_bytes()[..n]);
         self.symbols.push(SymbolName {
             name: name.into(),
             kind,
-            order: (prefix.into(), num),
+            head: u64::from_be_bytes(head),
+            prefix: prefix.into(),
+            num,
         });
         self.names.insert(name.into(), id);
         let e = self.intern(Node::Sym(id));
@@ -229,14 +259,19 @@ impl ExprPool {
     }
 
     pub(crate) fn intern(&mut self, node: Node) -> Expr {
-        if let Some(&e) = self.map.get(&node) {
+        let hash = FxBuildHasher.hash_one(&node);
+        let nodes = &self.nodes;
+        if let Some(&(_, e)) = self
+            .map
+            .find(hash, |&(h, e)| h == hash && nodes[e.index()] == node)
+        {
             return e;
         }
         let info = self.compute_info(&node);
         let e = Expr(u32::try_from(self.nodes.len()).expect("more than 2^32 expression nodes"));
-        self.nodes.push(node.clone());
+        self.nodes.push(node);
         self.info.push(info);
-        self.map.insert(node, e);
+        self.map.insert_unique(hash, (hash, e), |&(h, _)| h);
         e
     }
 
@@ -321,6 +356,9 @@ impl ExprPool {
             return Ordering::Equal;
         }
         let (na, nb) = (self.node(a), self.node(b));
+        if let (Node::Sym(x), Node::Sym(y)) = (na, nb) {
+            return self.cmp_symbols(*x, *y);
+        }
         let rank = Self::rank(na).cmp(&Self::rank(nb));
         if rank != Ordering::Equal {
             return rank;
@@ -379,7 +417,17 @@ impl ExprPool {
 
     fn cmp_symbols(&self, a: SymbolId, b: SymbolId) -> Ordering {
         let (x, y) = (&self.symbols[a.index()], &self.symbols[b.index()]);
-        x.order.cmp(&y.order).then_with(|| x.name.cmp(&y.name))
+        x.head
+            .cmp(&y.head)
+            .then_with(|| {
+                if x.prefix.len() > 8 || y.prefix.len() > 8 {
+                    x.prefix.cmp(&y.prefix)
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .then(x.num.cmp(&y.num))
+            .then_with(|| x.name.cmp(&y.name))
     }
 
     /// Compares two monomials (a symbol, or a product of atoms) lexicographically by their factors.

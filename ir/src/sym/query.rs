@@ -34,13 +34,19 @@ impl ShapeEnv {
     /// `[lo, hi]` of `e` for every value of its symbols allowed by ranges and asserts.
     pub fn bound(&mut self, e: Expr) -> ValueRange {
         let s = self.simplify(e);
-        self.interval(s)
+        let r = self.interval(s);
+        if s == e {
+            return r;
+        }
+        // Both spellings bound the same value; substitution may have loosened one of them.
+        let raw = self.interval(e);
+        r.intersect(&raw).unwrap_or(r)
     }
 
     /// Decides `cond` from algebra and ranges only; `None` when undecided. Records nothing.
     pub fn statically_known(&mut self, cond: Expr) -> Option<bool> {
         if let Some(v) = self.fast_decide(cond) {
-            return Some(v);
+            return v;
         }
         let s = self.simplify(cond);
         self.pool.as_bool(s)
@@ -55,8 +61,9 @@ impl ShapeEnv {
     }
 
     /// The hot case — a symbol compared with a constant (`u0 >= 0`, `u0 == 1`, asked on every
-    /// allocation) — straight from the symbol's range, without building anything.
-    fn fast_decide(&self, cond: Expr) -> Option<bool> {
+    /// allocation) — straight from the symbol's range and divisor, without building anything.
+    /// `Some(answer)` when it applies (`answer` is `None` when undecidable), `None` when it does not.
+    fn fast_decide(&self, cond: Expr) -> Option<Option<bool>> {
         let Node::Cmp(op, a, b) = *self.pool.node(cond) else {
             return None;
         };
@@ -74,7 +81,8 @@ impl ShapeEnv {
         if st.replacement.is_some() {
             return None;
         }
-        let (r, k) = (st.range, k as i128);
+        let (r, off_grid) = (st.range, k.checked_rem(st.divisor).is_some_and(|m| m != 0));
+        let k = k as i128;
         let decided = |yes: bool, no: bool| {
             if yes {
                 Some(true)
@@ -84,14 +92,14 @@ impl ShapeEnv {
                 None
             }
         };
-        match op {
+        Some(match op {
             CmpOp::Lt => decided(r.hi < k, r.lo >= k),
             CmpOp::Le => decided(r.hi <= k, r.lo > k),
             CmpOp::Gt => decided(r.lo > k, r.hi <= k),
             CmpOp::Ge => decided(r.lo >= k, r.hi < k),
-            CmpOp::Eq => decided(r.lo == k && r.hi == k, k < r.lo || k > r.hi),
-            CmpOp::Ne => decided(k < r.lo || k > r.hi, r.lo == k && r.hi == k),
-        }
+            CmpOp::Eq => decided(r.lo == k && r.hi == k, k < r.lo || k > r.hi || off_grid),
+            CmpOp::Ne => decided(k < r.lo || k > r.hi || off_grid, r.lo == k && r.hi == k),
+        })
     }
 
     /// If decidable, the answer; else if only backed symbols are involved, their hints decide and a
@@ -106,8 +114,11 @@ impl ShapeEnv {
     }
 
     fn guard_or(&mut self, cond: Expr, default: bool) -> bool {
-        if let Some(v) = self.fast_decide(cond) {
-            return v;
+        match self.fast_decide(cond) {
+            Some(Some(v)) => return v,
+            // A symbol against a constant that its range does not decide: nothing to simplify.
+            Some(None) if self.pool.info(cond).has_unbacked => return default,
+            _ => {}
         }
         let s = self.simplify(cond);
         if let Some(v) = self.pool.as_bool(s) {
@@ -180,23 +191,10 @@ impl ShapeEnv {
     /// made consistent through asserted equalities (substitution), then the fallback clamped to the
     /// symbol's range and its asserted linear bounds. The result lies in `bound(e)`.
     pub fn optimization_hint(&mut self, e: Expr) -> i64 {
-        let s = self.simplify(e);
-        let r = self.interval(s);
-        if let Some(v) = r.is_point() {
-            return v;
-        }
-        let mut values = FxHashMap::default();
-        for id in self.pool.free_symbols(s) {
-            let v = self.symbol_optimization_hint(id);
-            values.insert(id, v);
-        }
-        match self
-            .pool
-            .evaluate_with(s, &mut |id| values.get(&id).copied())
-        {
-            Ok(v) => r.clamp(v),
-            Err(_) => r.clamp(self.fallback_hint),
-        }
+        // Evaluated as written: an eliminated symbol's hint is its replacement's, so this equals the
+        // simplified form's hint without rebuilding long sums.
+        let mut visiting = Vec::new();
+        self.hint_of_expr(e, &mut visiting)
     }
 
     /// The optimization hint of one symbol (see [`optimization_hint`](Self::optimization_hint)).
@@ -206,15 +204,16 @@ impl ShapeEnv {
     }
 
     fn symbol_hint_inner(&mut self, id: SymbolId, visiting: &mut Vec<SymbolId>) -> i64 {
-        if let Some(&(v, h)) = self.hint_memo.get(&id) {
-            if v == self.version {
-                return h;
-            }
+        if let Some(h) = self.hint_memo.get(id.index(), self.version) {
+            return h;
         }
         let st = self.syms[id.index()].clone();
         if let Some(rep) = st.replacement {
-            let h = self.hint_of_expr(rep, visiting);
-            return st.range.clamp(h);
+            let h = st.range.clamp(self.hint_of_expr(rep, visiting));
+            if visiting.is_empty() {
+                self.hint_memo.insert(id.index(), self.version, h);
+            }
+            return h;
         }
         let h = match (self.pool.symbol(id).kind, st.hint) {
             (_, Some(h)) => st.range.clamp(h),
@@ -247,22 +246,48 @@ impl ShapeEnv {
             }
         };
         if visiting.is_empty() {
-            self.hint_memo.insert(id, (self.version, h));
+            self.hint_memo.insert(id.index(), self.version, h);
         }
         h
     }
 
     fn hint_of_expr(&mut self, e: Expr, visiting: &mut Vec<SymbolId>) -> i64 {
-        let s = self.simplify(e);
-        let r = self.interval(s);
-        let mut values = FxHashMap::default();
-        for id in self.pool.free_symbols(s) {
+        // Fast path: a linear combination of plain symbols (sizes, offsets) is a dot product of
+        // hints that each lie in their symbol's range, so it lies in the sum's interval; only a fact
+        // about the sum itself can narrow it further.
+        if let Node::Add { terms, constant } = self.pool.node(e) {
+            if terms.iter().all(|&(t, _)| self.pool.as_symbol(t).is_some()) {
+                let (n, first, mut acc) = (terms.len(), terms[0].0, *constant as i128);
+                for k in 0..n {
+                    let Node::Add { terms, .. } = self.pool.node(e) else {
+                        unreachable!()
+                    };
+                    let (t, c) = terms[k];
+                    let id = self.pool.as_symbol(t).expect("checked");
+                    acc += self.symbol_hint_inner(id, visiting) as i128 * c as i128;
+                }
+                let h =
+                    i64::try_from(acc.clamp(i64::MIN as i128, i64::MAX as i128)).expect("clamped");
+                return if self.fact_signatures.contains(&(first, n)) {
+                    self.interval(e).clamp(h)
+                } else {
+                    h
+                };
+            }
+        }
+        let r = self.interval(e);
+        if let Some(v) = r.is_point() {
+            return v;
+        }
+        let symbols = self.pool.free_symbols(e);
+        let mut values = FxHashMap::with_capacity_and_hasher(symbols.len(), Default::default());
+        for id in symbols {
             let v = self.symbol_hint_inner(id, visiting);
             values.insert(id, v);
         }
         match self
             .pool
-            .evaluate_with(s, &mut |id| values.get(&id).copied())
+            .evaluate_with(e, &mut |id| values.get(&id).copied())
         {
             Ok(v) => r.clamp(v),
             Err(_) => r.clamp(self.fallback_hint),

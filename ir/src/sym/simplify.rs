@@ -11,14 +11,12 @@ use super::range::ValueRange;
 impl ShapeEnv {
     /// The canonical, range-simplified form of `e`. Memoized per environment version.
     pub fn simplify(&mut self, e: Expr) -> Expr {
-        if let Some(&(v, r)) = self.simplify_memo.get(&e) {
-            if v == self.version {
-                return r;
-            }
+        if let Some(r) = self.simplify_memo.get(e.index(), self.version) {
+            return r;
         }
         let r = self.simplify_node(e);
         let r = self.fold_point(r);
-        self.simplify_memo.insert(e, (self.version, r));
+        self.simplify_memo.insert(e.index(), self.version, r);
         r
     }
 
@@ -43,22 +41,24 @@ impl ShapeEnv {
                 None => e,
             },
             Node::Add { terms, constant } => {
-                let mut changed = false;
-                let mut items = Vec::with_capacity(terms.len());
+                let mut kept = Vec::with_capacity(terms.len());
+                let mut replaced = Vec::new();
+                let mut dropped = false;
                 for &(t, c) in terms.iter() {
                     let st = self.simplify(t);
-                    changed |= st != t;
                     // A zero-coefficient term stays only while its divisor may be zero.
                     if c == 0 && !self.may_raise_here(st) {
-                        changed = true;
-                        continue;
+                        dropped = true;
+                    } else if st == t {
+                        kept.push((t, c));
+                    } else {
+                        replaced.push((st, c));
                     }
-                    items.push((st, c));
                 }
-                if changed {
-                    self.pool.linear_combination(&items, constant)
-                } else {
+                if replaced.is_empty() && !dropped {
                     e
+                } else {
+                    self.pool.sum_with_extra(&kept, &replaced, constant)
                 }
             }
             Node::Mul(factors) => {
@@ -97,12 +97,31 @@ impl ShapeEnv {
                 }
             }
             Node::Cmp(op, a, b) => {
-                let (a, b) = (self.simplify(a), self.simplify(b));
-                match self.decide(op, a, b) {
-                    Some(v) if !self.may_raise_here(a) && !self.may_raise_here(b) => {
+                // The spelling as written first: cheap (no rebuilding), and substitution can hide
+                // a range it shows (an offset that is a sum of sizes is ≥ 0 even after one size
+                // became `s0 - others`).
+                if !self.pool.may_raise(a) && !self.pool.may_raise(b) {
+                    if let Some(v) = self.decide(op, a, b) {
+                        return self.pool.bool(v);
+                    }
+                }
+                let (sa, sb) = (self.simplify(a), self.simplify(b));
+                let decided = if (sa, sb) != (a, b) {
+                    self.decide(op, sa, sb)
+                } else {
+                    None
+                };
+                let decided = match decided {
+                    None if self.pool.may_raise(a) || self.pool.may_raise(b) => {
+                        self.decide(op, a, b)
+                    }
+                    d => d,
+                };
+                match decided {
+                    Some(v) if !self.may_raise_here(sa) && !self.may_raise_here(sb) => {
                         self.pool.bool(v)
                     }
-                    _ => self.pool.compare(op, a, b),
+                    _ => self.pool.compare(op, sa, sb),
                 }
             }
             Node::And(args) | Node::Or(args) => {
@@ -339,13 +358,11 @@ impl ShapeEnv {
 
     /// The value range of `e` by interval analysis over the canonical form, narrowed by facts.
     pub(crate) fn interval(&mut self, e: Expr) -> ValueRange {
-        if let Some(&(v, r)) = self.range_memo.get(&e) {
-            if v == self.version {
-                return r;
-            }
+        if let Some(r) = self.range_memo.get(e.index(), self.version) {
+            return r;
         }
         let r = self.interval_node(e);
-        self.range_memo.insert(e, (self.version, r));
+        self.range_memo.insert(e.index(), self.version, r);
         r
     }
 
@@ -370,10 +387,17 @@ impl ShapeEnv {
                 let mut acc = ValueRange::point(constant);
                 for &(t, c) in terms.iter() {
                     if c != 0 {
-                        acc = acc.add(&self.interval(t).scale(c));
+                        // Plain symbols straight from their state: long sums of sizes are common.
+                        let r = match self.pool.node(t) {
+                            Node::Sym(s) if self.syms[s.index()].replacement.is_none() => {
+                                self.syms[s.index()].range
+                            }
+                            _ => self.interval(t),
+                        };
+                        acc = acc.add(&r.scale(c));
                     }
                 }
-                if !self.facts.is_empty() {
+                if self.fact_signatures.contains(&(terms[0].0, terms.len())) {
                     if let Some((key, s, k)) = self.pool.linear_key(e) {
                         if let Some(f) = self.facts.get(&key) {
                             let known = f.scale(s).add(&ValueRange::point(k));
