@@ -121,6 +121,27 @@ fn hints_are_consistent_through_asserted_equalities() {
 }
 
 #[test]
+fn split_pieces_share_the_total_hint() {
+    let mut env = env();
+    env.unbacked_size("u3", None, None, None).unwrap();
+    env.unbacked_size("u4", None, None, None).unwrap();
+    // u1 has a user hint (4096) and keeps it; u0, u3, u4 share what remains of s0*100 = 6400.
+    env.check_text("u0 + u1 + u3 + u4 == s0*100").unwrap();
+    let hints: Vec<i64> = ["u0", "u1", "u3", "u4"]
+        .iter()
+        .map(|n| {
+            let x = e(&mut env, n);
+            env.optimization_hint(x)
+        })
+        .collect();
+    assert_eq!(hints.iter().sum::<i64>(), 6400, "{hints:?}");
+    assert_eq!(hints[1], 4096);
+    assert!(hints.iter().all(|&h| h > 0), "{hints:?}");
+    let total = e(&mut env, "u0 + u1 + u3 + u4");
+    assert_eq!(env.optimization_hint(total), 6400);
+}
+
+#[test]
 fn hints_respect_linear_assert_bounds() {
     let mut env = env();
     env.check_text("u0 <= s1").unwrap();

@@ -28,6 +28,9 @@ pub(crate) struct SymState {
     /// fallback hints consistent (`u0 <= s1` ⇒ hint(u0) ≤ hint(s1)).
     pub uppers: Vec<Expr>,
     pub lowers: Vec<Expr>,
+    /// `(total, k)`: one of `k` hint-less sizes asserted to add up to `total` (a split); its
+    /// fallback hint is an even share, `hint(total) / k`, so the pieces' hints add up.
+    pub share: Option<(Expr, i64)>,
 }
 
 /// A recorded guard: `cond` held for the backed hints and must hold for a compiled artifact to be
@@ -146,6 +149,7 @@ impl ShapeEnv {
             divisor: 1,
             uppers: Vec::new(),
             lowers: Vec::new(),
+            share: None,
         });
         Ok(e)
     }
@@ -522,11 +526,13 @@ impl ShapeEnv {
         let ct = self.pool.scale(t, c);
         let rest = self.pool.sub(d, ct);
         let rep = self.pool.scale(rest, -c);
+        self.share_hints(&terms, c, d);
         let st = self.syms[id.index()].clone();
         self.syms[id.index()].replacement = Some(rep);
         self.changed();
         // What was known of the eliminated symbol is now known of its replacement.
         self.narrow_expr(rep, st.range)?;
+        self.learn_symbol_bounds(rep, st.range);
         if st.divisor > 1 {
             self.learn_multiple(rep, st.divisor)?;
         }
@@ -539,6 +545,38 @@ impl ShapeEnv {
             }
         }
         Ok(())
+    }
+
+    /// For `d == 0` where several hint-less unbacked sizes appear with the same coefficient `c`
+    /// (`u0 + u1 + u2 == s0`), gives each an even share of their total as its fallback hint.
+    fn share_hints(&mut self, terms: &[(Expr, i64)], c: i64, d: Expr) {
+        let group: Vec<Expr> = terms
+            .iter()
+            .filter(|&&(t, k)| {
+                k == c
+                    && self.pool.as_symbol(t).is_some_and(|id| {
+                        let st = &self.syms[id.index()];
+                        self.pool.symbol(id).kind == SymbolKind::Unbacked
+                            && st.hint.is_none()
+                            && st.replacement.is_none()
+                            && st.share.is_none()
+                    })
+            })
+            .map(|&(t, _)| t)
+            .collect();
+        if group.len() < 2 {
+            return;
+        }
+        // c·Σgroup + others = 0  ⇒  Σgroup = -others / c  (c = ±1).
+        let sum = self.pool.add_all(&group);
+        let scaled = self.pool.scale(sum, c);
+        let others = self.pool.sub(d, scaled);
+        let total = self.pool.scale(others, -c);
+        let k = group.len() as i64;
+        for t in group {
+            let id = self.pool.as_symbol(t).expect("filtered");
+            self.syms[id.index()].share = Some((total, k));
+        }
     }
 
     fn learn_multiple(&mut self, x: Expr, n: i64) -> Result<(), String> {

@@ -220,7 +220,19 @@ impl ShapeEnv {
             (SymbolKind::Backed, None) => st.range.clamp(self.fallback_hint),
             (SymbolKind::Unbacked, None) => {
                 visiting.push(id);
-                let mut h = st.range.clamp(self.fallback_hint);
+                let share = st.share.filter(|&(total, _)| {
+                    !self
+                        .pool
+                        .free_symbols(total)
+                        .iter()
+                        .any(|s| visiting.contains(s))
+                });
+                let mut h = match share {
+                    Some((total, k)) => st
+                        .range
+                        .clamp(self.hint_of_expr(total, visiting) / k.max(1)),
+                    None => st.range.clamp(self.fallback_hint),
+                };
                 for &u in &st.uppers {
                     if !self
                         .pool

@@ -3,11 +3,21 @@
 
 use std::fmt;
 
-/// Magnitudes at or beyond this are infinite.
+/// The infinite end of a range.
 pub const INF: i128 = 1 << 120;
 
+/// Magnitudes from here on are infinite: far beyond any `i64`, and far enough from `INF` that a
+/// finite shift of an infinite end (`∞ - 5`) stays infinite.
+const INFINITE_FROM: i128 = 1 << 119;
+
 fn norm(v: i128) -> i128 {
-    v.clamp(-INF, INF)
+    if v >= INFINITE_FROM {
+        INF
+    } else if v <= -INFINITE_FROM {
+        -INF
+    } else {
+        v
+    }
 }
 
 /// `lo ≤ value ≤ hi`; `lo == -INF` / `hi == INF` mean unbounded. Never empty.
@@ -235,5 +245,57 @@ impl fmt::Display for ValueRange {
             }
         };
         write!(f, "[{}, {}]", end(self.lo), end(self.hi))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(lo: i128, hi: i128) -> ValueRange {
+        ValueRange::new(lo, hi).unwrap()
+    }
+
+    #[test]
+    fn infinite_ends_stay_infinite() {
+        let x = ValueRange::NONNEGATIVE.add(&ValueRange::point(-5));
+        assert_eq!(x, r(-5, INF));
+        assert_eq!(x.to_string(), "[-5, inf]");
+        assert_eq!(ValueRange::UNBOUNDED.scale(-3), ValueRange::UNBOUNDED);
+        assert_eq!(ValueRange::NONNEGATIVE.mul(&r(-2, -1)), r(-INF, 0));
+        assert_eq!(r(0, 0).mul(&ValueRange::UNBOUNDED), r(0, 0));
+        assert_eq!(
+            r(i64::MIN as i128, i64::MAX as i128).pow(3),
+            ValueRange::UNBOUNDED
+        );
+    }
+
+    #[test]
+    fn division_skips_the_zero_divisor() {
+        assert_eq!(r(10, 20).floordiv(&r(0, 5)), r(2, 20));
+        assert_eq!(r(10, 20).floordiv(&r(-5, 0)), r(-20, -2));
+        assert_eq!(r(-7, 7).floordiv(&r(2, 2)), r(-4, 3));
+        assert_eq!(r(1, 5).floordiv(&r(1, INF)), r(0, 5));
+        assert_eq!(r(-5, -1).floordiv(&r(1, INF)), r(-5, -1));
+        assert_eq!(r(3, 9).ceildiv(&r(2, 2)), r(2, 5));
+        assert_eq!(r(0, 0).floordiv(&r(0, 0)), ValueRange::UNBOUNDED);
+    }
+
+    #[test]
+    fn python_modulo_has_the_divisor_sign() {
+        assert_eq!(r(-100, 100).modulo(&r(8, 8)), r(0, 7));
+        assert_eq!(r(0, 5).modulo(&r(8, 8)), r(0, 5));
+        assert_eq!(r(17, 19).modulo(&r(8, 8)), r(1, 3));
+        assert_eq!(r(-100, 100).modulo(&r(-8, -8)), r(-7, 0));
+        assert_eq!(r(-100, 100).modulo(&r(-8, 8)), r(-7, 7));
+    }
+
+    #[test]
+    fn clamp_and_conversions() {
+        assert_eq!(ValueRange::NONNEGATIVE.clamp(-3), 0);
+        assert_eq!(ValueRange::UNBOUNDED.clamp(i64::MIN), i64::MIN);
+        assert_eq!(ValueRange::NONNEGATIVE.hi_i64(), None);
+        assert_eq!(r(3, 3).is_point(), Some(3));
+        assert!(ValueRange::new(5, 4).is_none());
     }
 }
