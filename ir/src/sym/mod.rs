@@ -14,6 +14,7 @@ mod env;
 mod error;
 mod eval;
 mod expr;
+mod learn;
 mod logic;
 mod memo;
 mod parse;

@@ -4,8 +4,9 @@
 //! drops a subexpression only fires when that subexpression cannot raise (divisors provably ≠ 0).
 
 use super::divmod::gcd;
-use super::env::{lcm, ShapeEnv};
+use super::env::ShapeEnv;
 use super::expr::{ArithOp, CmpOp, Expr, Node};
+use super::learn::lcm;
 use super::range::ValueRange;
 
 impl ShapeEnv {
