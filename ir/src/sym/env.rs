@@ -5,7 +5,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::error::SymError;
 use super::expr::{Expr, SymbolId, SymbolKind};
-use super::memo::Memo;
+use super::memo::{CompactRange, Memo};
 use super::pool::ExprPool;
 use super::range::ValueRange;
 
@@ -58,7 +58,7 @@ pub struct ShapeEnv {
     /// stale. A counter instead of clearing keeps invalidation O(1).
     pub(crate) version: u32,
     pub(crate) simplify_memo: Memo<Expr>,
-    pub(crate) range_memo: Memo<ValueRange>,
+    pub(crate) range_memo: Memo<CompactRange>,
     pub(crate) hint_memo: Memo<i64>,
 }
 
@@ -93,7 +93,7 @@ impl ShapeEnv {
             fallback_hint: DEFAULT_FALLBACK_HINT,
             version: 0,
             simplify_memo: Memo::new(Expr(0)),
-            range_memo: Memo::new(ValueRange::UNBOUNDED),
+            range_memo: Memo::new(ValueRange::UNBOUNDED.into()),
             hint_memo: Memo::new(0),
         }
     }

@@ -360,10 +360,10 @@ impl ShapeEnv {
     /// The value range of `e` by interval analysis over the canonical form, narrowed by facts.
     pub(crate) fn interval(&mut self, e: Expr) -> ValueRange {
         if let Some(r) = self.range_memo.get(e.index(), self.version) {
-            return r;
+            return r.into();
         }
         let r = self.interval_node(e);
-        self.range_memo.insert(e.index(), self.version, r);
+        self.range_memo.insert(e.index(), self.version, r.into());
         r
     }
 
