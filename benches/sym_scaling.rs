@@ -7,7 +7,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 fn sym_scaling(c: &mut Criterion) {
     let mut group = c.benchmark_group("sym_scaling");
-    group.sample_size(50).measurement_time(std::time::Duration::from_secs(6));
+    group
+        .sample_size(50)
+        .measurement_time(std::time::Duration::from_secs(6));
     for n in [100usize, 1_000, 10_000] {
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {

@@ -121,6 +121,52 @@ fn hints_are_consistent_through_asserted_equalities() {
 }
 
 #[test]
+fn a_user_hint_survives_an_equality() {
+    let mut env = env();
+    env.unbacked_size("u3", None, None, None).unwrap();
+    // u1 carries the user's hint 4096; the hint-less u0 and u3 are the ones solved for.
+    env.check_text("u1 == u0 + u3").unwrap();
+    let hint = |env: &mut ShapeEnv, t: &str| {
+        let x = e(env, t);
+        env.optimization_hint(x)
+    };
+    assert_eq!(hint(&mut env, "u1"), 4096);
+    assert_eq!(hint(&mut env, "u0") + hint(&mut env, "u3"), 4096);
+    assert_eq!(hint(&mut env, "u0"), 2048);
+}
+
+#[test]
+fn hints_through_chained_equalities_terminate_and_agree() {
+    let mut env = ShapeEnv::new();
+    for u in ["u0", "u1", "u2", "u3", "u5", "u6"] {
+        env.unbacked_size(u, None, None, None).unwrap();
+    }
+    // Replacements, shares and bounds that refer to each other in a cycle.
+    env.check_text("u0 + u1 == u5").unwrap();
+    env.check_text("u5 == u2 + u3").unwrap();
+    env.check_text("u0 == u2 + u6").unwrap();
+    env.check_text("u6 <= u1").unwrap();
+    let mut hint = |t: &str| {
+        let x = env.parse(t).unwrap();
+        env.optimization_hint(x)
+    };
+    let (u0, u1, u2, u3, u5, u6) = (
+        hint("u0"),
+        hint("u1"),
+        hint("u2"),
+        hint("u3"),
+        hint("u5"),
+        hint("u6"),
+    );
+    for h in [u0, u1, u2, u3, u5, u6] {
+        assert!(h >= 0);
+    }
+    assert_eq!(u5, u0 + u1);
+    assert_eq!(u5, u2 + u3);
+    assert_eq!(u0, u2 + u6);
+}
+
+#[test]
 fn split_pieces_share_the_total_hint() {
     let mut env = env();
     env.unbacked_size("u3", None, None, None).unwrap();

@@ -238,12 +238,12 @@ impl ShapeEnv {
             .max_by_key(|&&(t, _)| {
                 let id = self.pool.as_symbol(t).expect("filtered");
                 let st = &self.syms[id.index()];
-                // Eliminate unbacked before backed, the lone side of the equality first, then
-                // hint-less before hinted, newest first.
+                // Eliminate unbacked before backed, hint-less before hinted (a user's hint is kept),
+                // then the lone side of the equality, then the newest.
                 (
                     self.pool.symbol(id).kind == SymbolKind::Unbacked,
-                    Some(id) == lone,
                     st.hint.is_none(),
+                    Some(id) == lone,
                     id.index(),
                 )
             })

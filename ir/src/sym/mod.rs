@@ -14,6 +14,7 @@ mod env;
 mod error;
 mod eval;
 mod expr;
+mod hint;
 mod learn;
 mod logic;
 mod memo;
