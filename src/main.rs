@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -6,7 +7,8 @@ fn main() -> ExitCode {
     let cli = guardless::cli::Cli::parse();
     match guardless::cli::run(cli) {
         Ok(out) => {
-            print!("{out}");
+            // A closed pipe (`guardless … | head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
         Err(e) => {
