@@ -150,33 +150,12 @@ impl ExprPool {
         // common case — no coefficient cancels or overflows — builds the result in one pass.
         let merged: Option<(Vec<(Expr, i64)>, i64)> = self.with_parts(a, |ta, ca| {
             self.with_parts(b, |tb, cb| {
-                let mut terms = Vec::with_capacity(ta.len() + tb.len());
-                let (mut i, mut j) = (0, 0);
-                while i < ta.len() || j < tb.len() {
-                    let ord = if i == ta.len() {
-                        Ordering::Greater
-                    } else if j == tb.len() {
-                        Ordering::Less
-                    } else {
-                        self.cmp(ta[i].0, tb[j].0)
-                    };
-                    match ord {
-                        Ordering::Less => {
-                            terms.push(ta[i]);
-                            i += 1;
-                        }
-                        Ordering::Greater => {
-                            terms.push(tb[j]);
-                            j += 1;
-                        }
-                        Ordering::Equal => {
-                            let c = ta[i].1.checked_add(tb[j].1).filter(|&c| c != 0)?;
-                            terms.push((ta[i].0, c));
-                            i += 1;
-                            j += 1;
-                        }
-                    }
-                }
+                let terms = merge_sorted(
+                    ta,
+                    tb,
+                    |x, y| self.cmp(x, y),
+                    |x, y| x.checked_add(y).filter(|&c| c != 0),
+                )?;
                 Some((terms, ca.checked_add(cb)?))
             })
         });
@@ -344,32 +323,12 @@ impl ExprPool {
     fn monomial_mul(&mut self, x: Expr, y: Expr) -> Option<Expr> {
         let fx = self.factors(x);
         let fy = self.factors(y);
-        let mut out: Vec<(Expr, u32)> = Vec::with_capacity(fx.len() + fy.len());
-        let (mut i, mut j) = (0, 0);
-        while i < fx.len() || j < fy.len() {
-            let ord = if i == fx.len() {
-                Ordering::Greater
-            } else if j == fy.len() {
-                Ordering::Less
-            } else {
-                self.cmp_factor(fx[i].0, fy[j].0)
-            };
-            match ord {
-                Ordering::Less => {
-                    out.push(fx[i]);
-                    i += 1;
-                }
-                Ordering::Greater => {
-                    out.push(fy[j]);
-                    j += 1;
-                }
-                Ordering::Equal => {
-                    out.push((fx[i].0, fx[i].1.checked_add(fy[j].1)?));
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
+        let out = merge_sorted(
+            &fx,
+            &fy,
+            |p, q| self.cmp_factor(p, q),
+            |m, n| m.checked_add(n),
+        )?;
         Some(self.intern(Node::Mul(out.into())))
     }
 
@@ -408,4 +367,36 @@ impl ExprPool {
         }
         acc
     }
+}
+
+/// Merges two lists sorted by `order` on their keys, combining the values of equal keys with
+/// `combine`; `None` if a combination fails.
+fn merge_sorted<V: Copy>(
+    a: &[(Expr, V)],
+    b: &[(Expr, V)],
+    order: impl Fn(Expr, Expr) -> Ordering,
+    combine: impl Fn(V, V) -> Option<V>,
+) -> Option<Vec<(Expr, V)>> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match order(a[i].0, b[j].0) {
+            Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            Ordering::Equal => {
+                out.push((a[i].0, combine(a[i].1, b[j].1)?));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    Some(out)
 }

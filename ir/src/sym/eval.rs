@@ -5,7 +5,7 @@
 
 use thiserror::Error;
 
-use super::expr::{ArithOp, CmpOp, Expr, Node, SymbolId};
+use super::expr::{ArithOp, Expr, Node, SymbolId};
 use super::pool::ExprPool;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -154,14 +154,7 @@ impl ExprPool {
             Node::Cmp(op, a, b) => {
                 let v = self.operands([*a, *b].into_iter(), value_of)?;
                 let (x, y) = (v[0], v[1]);
-                i128::from(match op {
-                    CmpOp::Eq => x == y,
-                    CmpOp::Ne => x != y,
-                    CmpOp::Lt => x < y,
-                    CmpOp::Le => x <= y,
-                    CmpOp::Gt => x > y,
-                    CmpOp::Ge => x >= y,
-                })
+                i128::from(op.holds(x, y))
             }
             Node::And(args) => i128::from(
                 self.operands(args.iter().copied(), value_of)?

@@ -71,7 +71,7 @@ impl CmpOp {
         }
     }
 
-    pub fn holds(self, a: i64, b: i64) -> bool {
+    pub fn holds<T: Ord>(self, a: T, b: T) -> bool {
         match self {
             CmpOp::Eq => a == b,
             CmpOp::Ne => a != b,
