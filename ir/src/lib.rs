@@ -1,4 +1,6 @@
-//! guardless IR. Today: the symbolic shape engine ([`sym`]), which every later stage asks its size
-//! questions. The graph format, ATen lowering and the loop-level IR will live beside it.
+//! guardless IR: the symbolic shape engine ([`sym`]), which every later stage asks its size
+//! questions, and the graph format ([`graph`]) that brings models in. ATen lowering and the
+//! loop-level IR will live beside them.
 
+pub mod graph;
 pub mod sym;

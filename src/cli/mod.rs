@@ -1,6 +1,7 @@
 //! The `guardless` command line. Each subcommand returns its output as text so that tests can run
 //! it in-process.
 
+mod check;
 mod sym;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,12 @@ pub enum Command {
     /// Use the symbolic shape engine by hand.
     #[command(subcommand)]
     Sym(sym::SymCommand),
+    /// Read and validate a graph (JSON, format version 1) and print its symbols, inputs, ops and
+    /// outputs.
+    Check {
+        /// The graph file.
+        graph: std::path::PathBuf,
+    },
 }
 
 pub use sym::SymCommand;
@@ -29,5 +36,6 @@ pub use sym::SymCommand;
 pub fn run(cli: Cli) -> Result<String, String> {
     match cli.command {
         Command::Sym(cmd) => sym::run(cmd),
+        Command::Check { graph } => check::run(&graph),
     }
 }

@@ -27,6 +27,11 @@ impl SymbolId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The id of the `i`-th declared symbol.
+    pub fn from_index(i: usize) -> SymbolId {
+        SymbolId(u32::try_from(i).expect("fewer than 2^32 symbols"))
+    }
 }
 
 /// Whether the compiler may specialize on a symbol.

@@ -1,0 +1,65 @@
+//! The graph format (version 1, JSON; `docs/graph-format.md`): what comes in. A [`Graph`] holds the
+//! symbols in a `ShapeEnv`, the inputs with symbolic shapes, the nodes with their arguments (tensor
+//! references resolved), the outputs and the asserts. Lowering to the loop-level IR builds on it.
+
+mod dtype;
+mod error;
+mod read;
+mod value;
+
+pub use dtype::DType;
+pub use error::GraphError;
+pub use value::{Producer, TensorRef, Value};
+
+use crate::sym::{Expr, ShapeEnv, SymbolId};
+
+/// What an input is to the model.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum InputKind {
+    User,
+    Parameter,
+    Buffer,
+    Constant,
+}
+
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<Expr>,
+    /// Stated strides (checked at run time); `None`: contiguous.
+    pub strides: Option<Vec<Expr>>,
+    pub kind: InputKind,
+}
+
+#[derive(Clone, Debug)]
+pub struct GraphNode {
+    pub name: String,
+    /// The ATen overload as torch.export prints it, e.g. `aten.add.Tensor`.
+    pub op: String,
+    /// Arguments by schema name, as written (schema defaults are applied by lowering).
+    pub args: Vec<(String, Value)>,
+    /// Stated output shape and dtype, checked against what lowering infers.
+    pub shape: Option<Vec<Expr>>,
+    pub dtype: Option<DType>,
+    /// The unbacked symbol a `.item()` node produces.
+    pub symbol: Option<SymbolId>,
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct Output {
+    pub tensor: TensorRef,
+    /// Index of the input this output is written back into after the call (a KV-cache write).
+    pub mutates: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub name: String,
+    pub env: ShapeEnv,
+    pub inputs: Vec<Input>,
+    pub nodes: Vec<GraphNode>,
+    pub outputs: Vec<Output>,
+    /// The `asserts` as written (they are also recorded in `env`).
+    pub asserts: Vec<String>,
+}

@@ -1,0 +1,322 @@
+//! Reading the graph format: what it accepts, and every bad input it rejects, each error naming
+//! where.
+
+use guardless_ir::graph::{DType, Graph, GraphError, InputKind, Producer, TensorRef, Value};
+
+/// A graph with `symbols`, `inputs`, `nodes`, `outputs` and `asserts` given as JSON fragments.
+fn graph(symbols: &str, inputs: &str, nodes: &str, outputs: &str, asserts: &str) -> String {
+    format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "t",
+            "symbols": [{symbols}], "inputs": [{inputs}], "nodes": [{nodes}],
+            "outputs": [{outputs}], "asserts": [{asserts}]}}"#
+    )
+}
+
+const U0: &str = r#"{"name": "u0", "kind": "unbacked", "max": 1000, "optimization_hint": 64}"#;
+const X: &str = r#"{"name": "x", "dtype": "f32", "shape": ["u0", 8]}"#;
+
+fn err(text: &str) -> GraphError {
+    match Graph::from_json(text) {
+        Err(e) => e,
+        Ok(_) => panic!("expected an error for {text}"),
+    }
+}
+
+fn node_err(node_json: &str) -> (String, String, String) {
+    match err(&graph(U0, X, node_json, r#"{"tensor": "x"}"#, "")) {
+        GraphError::Node { node, op, message } => (node, op, message),
+        other => panic!("expected a node error, got {other:?}"),
+    }
+}
+
+#[test]
+fn reads_symbols_inputs_nodes_outputs_and_asserts() {
+    let text = graph(
+        r#"{"name": "s0", "kind": "backed", "hint": 512, "min": 1, "max": null}, {"name": "u0", "kind": "unbacked", "optimization_hint": 4096},
+           {"name": "u1", "kind": "unbacked"}, {"name": "u2", "kind": "unbacked"}"#,
+        r#"{"name": "x", "dtype": "bf16", "shape": ["s0", 4096]}, {"name": "w", "dtype": "f32", "shape": [4096], "kind": "parameter"},
+           {"name": "ids", "dtype": "i64", "shape": ["u0"], "strides": [1]}"#,
+        r#"{"name": "nz", "op": "aten.nonzero.default", "args": {"self": {"tensor": "x"}}, "shape": ["u1", 2]},
+           {"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "ids"}}, "symbol": "u2"},
+           {"name": "a", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": 1e-06, "alpha": 2}},
+           {"name": "sp", "op": "aten.split_with_sizes.default", "args": {"self": {"tensor": "x"}, "split_sizes": ["s0 - 1", 1], "dim": 0}},
+           {"name": "m", "op": "aten.masked_fill.Scalar", "args": {"self": {"tensor": "sp", "index": 1}, "mask": null, "value": {"float": "-inf"}}},
+           {"name": "c", "op": "aten._to_copy.default", "args": {"self": {"tensor": "a"}, "dtype": {"dtype": "f16"}, "device": "cuda:0", "layout": "strided"}},
+           {"name": "chk", "op": "aten._assert_scalar.default", "args": {"self": {"symbool": "u0 <= s0"}, "assert_msg": "u0 <= s0"}},
+           {"name": "idx", "op": "aten.index.Tensor", "args": {"self": {"tensor": "x"}, "indices": [null, {"tensor": "ids"}]}}"#,
+        r#"{"tensor": "sp", "index": 0}, {"tensor": "w", "mutates": "w"}"#,
+        r#""u0 <= 2*s0""#,
+    );
+    let g = Graph::from_json(&text).unwrap();
+    assert_eq!(g.inputs.len(), 3);
+    assert_eq!(g.inputs[0].dtype, DType::BF16);
+    assert_eq!(g.env.text(g.inputs[0].shape[0]), "s0");
+    assert_eq!(g.inputs[1].kind, InputKind::Parameter);
+    assert!(g.inputs[2].strides.is_some());
+    assert_eq!(g.nodes.len(), 8);
+    let arg = |n: usize, name: &str| {
+        g.nodes[n]
+            .args
+            .iter()
+            .find(|a| a.0 == name)
+            .unwrap()
+            .1
+            .clone()
+    };
+    // 2 is an integer, 1e-06 a float: the spelling decides, as in Python.
+    assert_eq!(arg(2, "alpha"), Value::Int(2));
+    assert_eq!(arg(2, "other"), Value::Float(1e-06));
+    assert_eq!(
+        arg(3, "split_sizes"),
+        Value::List(vec![Value::Str("s0 - 1".into()), Value::Int(1)])
+    );
+    assert_eq!(arg(4, "value"), Value::Float(f64::NEG_INFINITY));
+    assert_eq!(arg(4, "mask"), Value::None);
+    assert_eq!(
+        arg(4, "self"),
+        Value::Tensor(TensorRef {
+            producer: Producer::Node(3),
+            index: Some(1)
+        })
+    );
+    assert_eq!(arg(5, "dtype"), Value::DType(DType::F16));
+    assert!(matches!(arg(6, "self"), Value::SymBool(_)));
+    assert_eq!(
+        arg(7, "indices"),
+        Value::List(vec![
+            Value::None,
+            Value::Tensor(TensorRef {
+                producer: Producer::Input(2),
+                index: None
+            })
+        ])
+    );
+    // The .item() symbol is a value (any sign); nonzero's count is a size.
+    let u2 = g.env.symbol_id("u2").unwrap();
+    assert!(g.env.symbol_range(u2).lo < 0);
+    let u1 = g.env.symbol_id("u1").unwrap();
+    assert_eq!(g.env.symbol_range(u1).lo, 0);
+    assert_eq!(g.outputs[1].mutates, Some(1));
+    assert_eq!(g.env.runtime_asserts().len(), 1);
+}
+
+#[test]
+fn the_example_graphs_read() {
+    for name in ["rms_norm.backed.json", "rms_norm.unbacked.json"] {
+        let path = format!("{}/../examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let g = Graph::from_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(g.name, "rms_norm");
+        assert_eq!(g.nodes.len(), 8);
+    }
+}
+
+#[test]
+fn malformed_json_gives_line_and_column() {
+    match err("{\n  \"format\": \"guardless-graph\",\n  \"version\": 1,\n  \"inputs\": [,]\n}") {
+        GraphError::Json { line, column, .. } => assert_eq!((line, column), (4, 14)),
+        other => panic!("{other:?}"),
+    }
+    match err(
+        r#"{"format": "guardless-graph", "version": 1, "inputs": [], "outputs": [], "extra": 1}"#,
+    ) {
+        GraphError::Json { message, .. } => {
+            assert!(message.contains("unknown field `extra`"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match err(
+        r#"{"format": "guardless-graph", "version": 1, "inputs": [{"name": "x", "dtype": "f32"}], "outputs": []}"#,
+    ) {
+        GraphError::Json { message, .. } => {
+            assert!(message.contains("missing field `shape`"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn wrong_format_or_version() {
+    assert_eq!(
+        err(r#"{"format": "onnx", "version": 1, "inputs": [], "outputs": []}"#),
+        GraphError::Format {
+            found: "onnx".into()
+        }
+    );
+    assert_eq!(
+        err(r#"{"format": "guardless-graph", "version": 2, "inputs": [], "outputs": []}"#),
+        GraphError::Version { found: 2 }
+    );
+}
+
+#[test]
+fn symbol_errors_name_the_symbol() {
+    let sym = |s: &str| match err(&graph(s, "", "", "", "")) {
+        GraphError::Symbol { name, message } => (name, message),
+        other => panic!("{other:?}"),
+    };
+    let (n, m) = sym(r#"{"name": "s0", "kind": "backed"}"#);
+    assert!(n == "s0" && m.contains("needs a \"hint\""), "{m}");
+    let (_, m) = sym(r#"{"name": "u0", "kind": "unbacked", "hint": 3}"#);
+    assert!(m.contains("optimization_hint"), "{m}");
+    let (_, m) = sym(r#"{"name": "u0", "kind": "dynamic"}"#);
+    assert!(m.contains("'dynamic'"), "{m}");
+    let (_, m) = sym(r#"{"name": "s0", "kind": "backed", "hint": 5000, "max": 10}"#);
+    assert!(m.contains("outside its range"), "{m}");
+    let (_, m) = sym(r#"{"name": "u0", "kind": "unbacked"}, {"name": "u0", "kind": "unbacked"}"#);
+    assert!(m.contains("already declared"), "{m}");
+    let (_, m) = sym(r#"{"name": "u 0", "kind": "unbacked"}"#);
+    assert!(m.contains("not a valid symbol name"), "{m}");
+}
+
+#[test]
+fn input_errors_name_the_input() {
+    let input = |i: &str| match err(&graph(U0, i, "", "", "")) {
+        GraphError::Input { input, message } => (input, message),
+        other => panic!("{other:?}"),
+    };
+    let (n, m) = input(r#"{"name": "x", "dtype": "f32", "shape": ["u9", 8]}"#);
+    assert!(
+        n == "x" && m.contains("unknown symbol 'u9'") && m.contains("shape[0]"),
+        "{m}"
+    );
+    let (_, m) = input(r#"{"name": "x", "dtype": "float", "shape": [8]}"#);
+    assert!(m.contains("unknown dtype 'float'"), "{m}");
+    let (_, m) = input(r#"{"name": "x", "dtype": "f32", "shape": [-1]}"#);
+    assert!(m.contains("not a non-negative"), "{m}");
+    let (_, m) = input(r#"{"name": "x", "dtype": "f32", "shape": ["u0 > 1"]}"#);
+    assert!(m.contains("is a condition"), "{m}");
+    let (_, m) = input(r#"{"name": "x", "dtype": "f32", "shape": ["u0", 2], "strides": [1]}"#);
+    assert!(m.contains("1 strides for 2 dimensions"), "{m}");
+    let (_, m) = input(r#"{"name": "x", "dtype": "f32", "shape": ["u0"], "kind": "weight"}"#);
+    assert!(m.contains("'weight'"), "{m}");
+    let (_, m) = input(
+        r#"{"name": "x", "dtype": "f32", "shape": ["u0"]}, {"name": "x", "dtype": "f32", "shape": [1]}"#,
+    );
+    assert!(m.contains("already used"), "{m}");
+}
+
+#[test]
+fn node_errors_name_the_node_and_op() {
+    let (n, op, m) =
+        node_err(r#"{"name": "y", "op": "aten.add.Tensor", "args": {"self": {"tensor": "z"}}}"#);
+    assert!(
+        n == "y"
+            && op == "aten.add.Tensor"
+            && m.contains("'z' is neither an input nor an earlier node"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x", "index": 1}}}"#,
+    );
+    assert!(m.contains("is an input"), "{m}");
+    let (_, op, m) = node_err(r#"{"name": "y", "op": "torch.ops.higher_order.cond", "args": {}}"#);
+    assert!(op.contains("cond") && m.contains("higher-order"), "{m}");
+    let (_, _, m) =
+        node_err(r#"{"name": "y", "op": "aten.full.default", "args": {"device": "tpu"}}"#);
+    assert!(m.contains("device 'tpu'"), "{m}");
+    let (_, _, m) =
+        node_err(r#"{"name": "y", "op": "aten.full.default", "args": {"layout": "sparse_coo"}}"#);
+    assert!(m.contains("layout 'sparse_coo'"), "{m}");
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten._assert_scalar.default", "args": {"self": {"symbool": "u0 + 1"}}}"#,
+    );
+    assert!(m.contains("not a condition"), "{m}");
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten._assert_scalar.default", "args": {"self": {"symbool": "u0 >"}}}"#,
+    );
+    assert!(
+        m.contains("argument 'self'") && m.contains("at byte"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.add.Tensor", "args": {"other": {"float": "infinity"}}}"#,
+    );
+    assert!(m.contains("expected \"inf\""), "{m}");
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.slice.Tensor", "args": {"end": 18446744073709551615}}"#,
+    );
+    assert!(m.contains("does not fit in 64 bits"), "{m}");
+    let (_, _, m) =
+        node_err(r#"{"name": "y", "op": "aten.add.Tensor", "args": {"other": {"what": 1}}}"#);
+    assert!(m.contains("unrecognized value"), "{m}");
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten._to_copy.default", "args": {"dtype": {"dtype": "f128"}}}"#,
+    );
+    assert!(m.contains("unknown dtype 'f128'"), "{m}");
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten._local_scalar_dense.default", "args": {}, "symbol": "u7"}"#,
+    );
+    assert!(m.contains("'u7' is not declared"), "{m}");
+    let (_, _, m) =
+        node_err(r#"{"name": "x", "op": "aten.clone.default", "args": {"self": {"tensor": "x"}}}"#);
+    assert!(m.contains("already used"), "{m}");
+    let (_, _, m) =
+        node_err(r#"{"name": "y", "op": "aten.clone.default", "args": {}, "shape": ["u0", "q"]}"#);
+    assert!(
+        m.contains("shape[1]") && m.contains("unknown symbol 'q'"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_backed_symbol_cannot_be_produced_by_item() {
+    let text = graph(
+        r#"{"name": "u0", "kind": "unbacked"}, {"name": "s0", "kind": "backed", "hint": 3}"#,
+        r#"{"name": "x", "dtype": "i64", "shape": ["u0", "s0"]}"#,
+        r#"{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "s0"}"#,
+        "",
+        "",
+    );
+    assert!(
+        matches!(err(&text), GraphError::Node { message, .. } if message.contains("must be declared unbacked"))
+    );
+}
+
+#[test]
+fn an_unbacked_symbol_nothing_binds_is_an_error() {
+    let text = graph(
+        r#"{"name": "u0", "kind": "unbacked"}, {"name": "u1", "kind": "unbacked"}"#,
+        r#"{"name": "x", "dtype": "f32", "shape": ["u0", "2*u1"]}"#,
+        "",
+        "",
+        "",
+    );
+    assert_eq!(err(&text), GraphError::Unbound { name: "u1".into() });
+    // A stated shape of an ordinary op binds nothing: only data-dependent ops produce sizes.
+    let text = graph(
+        r#"{"name": "u0", "kind": "unbacked"}, {"name": "u1", "kind": "unbacked"}"#,
+        r#"{"name": "x", "dtype": "f32", "shape": ["u0"]}"#,
+        r#"{"name": "y", "op": "aten.clone.default", "args": {"self": {"tensor": "x"}}, "shape": ["u1"]}"#,
+        "",
+        "",
+    );
+    assert_eq!(err(&text), GraphError::Unbound { name: "u1".into() });
+}
+
+#[test]
+fn output_and_assert_errors() {
+    match err(&graph(U0, X, "", r#"{"tensor": "nope"}"#, "")) {
+        GraphError::Output { index, message } => {
+            assert!(index == 0 && message.contains("'nope'"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match err(&graph(U0, X, "", r#"{"tensor": "x", "mutates": "w"}"#, "")) {
+        GraphError::Output { message, .. } => {
+            assert!(message.contains("'w' is not an input"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match err(&graph(U0, X, "", "", r#""u0 < 0""#)) {
+        GraphError::Assert { assert, message } => assert!(
+            assert == "u0 < 0" && message.contains("always false"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    match err(&graph(U0, X, "", "", r#""u0 <""#)) {
+        GraphError::Assert { message, .. } => assert!(message.contains("at byte"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,61 @@
+//! `guardless check GRAPH`, run as a user would.
+
+use std::process::Command;
+
+fn guardless(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn check_prints_symbols_inputs_ops_and_outputs() {
+    let (ok, out, err) = guardless(&["check", &example("rms_norm.unbacked.json")]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("graph 'rms_norm': 2 inputs, 8 nodes, 1 outputs\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("u0       unbacked  range [0, 1048576]  optimization hint 4096"),
+        "{out}"
+    );
+    assert!(out.contains("x        bf16[u0, 4096]  user"), "{out}");
+    assert!(out.contains("aten.mul.Tensor                  x2"), "{out}");
+    let (ok, out, _) = guardless(&["check", &example("rms_norm.backed.json")]);
+    assert!(
+        ok && out.contains("s0       backed    range [1, 65536]  hint 512"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_reports_bad_graphs_with_the_file_and_position() {
+    let dir = std::env::temp_dir().join(format!("guardless-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\n  \"format\": \"guardless-graph\",\n  \"version\": 1,\n  \"inputs\": [,]\n}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = guardless(&["check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad.json") && err.contains("line 4, column 14"),
+        "{err}"
+    );
+    let (ok, _, err) = guardless(&["check", dir.join("missing.json").to_str().unwrap()]);
+    assert!(!ok && err.contains("missing.json"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
