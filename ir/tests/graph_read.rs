@@ -1,7 +1,10 @@
 //! Reading the graph format: what it accepts, and every bad input it rejects, each error naming
 //! where.
 
-use guardless_ir::graph::{DType, Graph, GraphError, InputKind, Producer, TensorRef, Value};
+use guardless_ir::graph::{
+    schema, Arg, DType, Graph, GraphError, InputKind, Producer, Scalar, TensorRef,
+};
+use guardless_ir::sym::Expr;
 
 /// A graph with `symbols`, `inputs`, `nodes`, `outputs` and `asserts` given as JSON fragments.
 fn graph(symbols: &str, inputs: &str, nodes: &str, outputs: &str, asserts: &str) -> String {
@@ -39,11 +42,14 @@ fn reads_symbols_inputs_nodes_outputs_and_asserts() {
         r#"{"name": "nz", "op": "aten.nonzero.default", "args": {"self": {"tensor": "x"}}, "shape": ["u1", 2]},
            {"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "ids"}}, "symbol": "u2"},
            {"name": "a", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": 1e-06, "alpha": 2}},
-           {"name": "sp", "op": "aten.split_with_sizes.default", "args": {"self": {"tensor": "x"}, "split_sizes": ["s0 - 1", 1], "dim": 0}},
-           {"name": "m", "op": "aten.masked_fill.Scalar", "args": {"self": {"tensor": "sp", "index": 1}, "mask": null, "value": {"float": "-inf"}}},
+           {"name": "sp", "op": "aten.split_with_sizes.default", "args": {"self": {"tensor": "x"}, "split_sizes": ["s0 - 1", 1]}},
+           {"name": "m", "op": "aten.masked_fill.Scalar", "args": {"self": {"tensor": "sp", "index": 1}, "mask": {"tensor": "x"}, "value": {"float": "-inf"}}},
            {"name": "c", "op": "aten._to_copy.default", "args": {"self": {"tensor": "a"}, "dtype": {"dtype": "f16"}, "device": "cuda:0", "layout": "strided"}},
            {"name": "chk", "op": "aten._assert_scalar.default", "args": {"self": {"symbool": "u0 <= s0"}, "assert_msg": "u0 <= s0"}},
-           {"name": "idx", "op": "aten.index.Tensor", "args": {"self": {"tensor": "x"}, "indices": [null, {"tensor": "ids"}]}}"#,
+           {"name": "idx", "op": "aten.index.Tensor", "args": {"self": {"tensor": "x"}, "indices": [null, {"tensor": "ids"}]}},
+           {"name": "g", "op": "aten.gelu.default", "args": {"self": {"tensor": "x"}}},
+           {"name": "s", "op": "aten.sum.dim_IntList", "args": {"self": {"tensor": "x"}, "dim": -1}},
+           {"name": "b", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": "u0 + 1"}}"#,
         r#"{"tensor": "sp", "index": 0}, {"tensor": "w", "mutates": "w"}"#,
         r#""u0 <= 2*s0""#,
     );
@@ -53,43 +59,55 @@ fn reads_symbols_inputs_nodes_outputs_and_asserts() {
     assert_eq!(g.env.text(g.inputs[0].shape[0]), "s0");
     assert_eq!(g.inputs[1].kind, InputKind::Parameter);
     assert!(g.inputs[2].strides.is_some());
-    assert_eq!(g.nodes.len(), 8);
-    let arg = |n: usize, name: &str| {
-        g.nodes[n]
-            .args
-            .iter()
-            .find(|a| a.0 == name)
-            .unwrap()
-            .1
-            .clone()
-    };
-    // 2 is an integer, 1e-06 a float: the spelling decides, as in Python.
-    assert_eq!(arg(2, "alpha"), Value::Int(2));
-    assert_eq!(arg(2, "other"), Value::Float(1e-06));
+    assert_eq!(g.nodes.len(), 11);
+    let node = |name: &str| g.nodes.iter().find(|n| n.name == name).unwrap();
+    let text = |e: Expr| g.env.text(e);
+    // 2 is an integer, 1e-06 a float: the spelling decides, as in Python. A number stands for a
+    // tensor as a wrapped number.
+    assert!(matches!(node("a").arg("alpha"), Some(Arg::Scalar(Scalar::Int(e))) if text(*e) == "2"));
     assert_eq!(
-        arg(3, "split_sizes"),
-        Value::List(vec![Value::Str("s0 - 1".into()), Value::Int(1)])
+        node("a").arg("other"),
+        Some(&Arg::Number(Scalar::Float(1e-06)))
     );
-    assert_eq!(arg(4, "value"), Value::Float(f64::NEG_INFINITY));
-    assert_eq!(arg(4, "mask"), Value::None);
+    assert!(
+        matches!(node("b").arg("other"), Some(Arg::Number(Scalar::Int(e))) if text(*e) == "u0 + 1")
+    );
+    match node("sp").arg("split_sizes") {
+        Some(Arg::Ints(v)) => assert_eq!(
+            v.iter().map(|&e| text(e)).collect::<Vec<_>>(),
+            ["s0 - 1", "1"]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Defaults from the schema.
+    assert!(matches!(node("sp").arg("dim"), Some(Arg::Int(e)) if text(*e) == "0"));
+    assert_eq!(node("g").arg("approximate"), Some(&Arg::Str("none".into())));
+    assert_eq!(node("c").arg("memory_format"), Some(&Arg::None));
+    assert!(
+        matches!(node("s").arg("dim"), Some(Arg::Ints(v)) if v.len() == 1 && text(v[0]) == "-1")
+    );
     assert_eq!(
-        arg(4, "self"),
-        Value::Tensor(TensorRef {
+        node("m").arg("value"),
+        Some(&Arg::Scalar(Scalar::Float(f64::NEG_INFINITY)))
+    );
+    assert_eq!(
+        node("m").arg("self"),
+        Some(&Arg::Tensor(TensorRef {
             producer: Producer::Node(3),
             index: Some(1)
-        })
+        }))
     );
-    assert_eq!(arg(5, "dtype"), Value::DType(DType::F16));
-    assert!(matches!(arg(6, "self"), Value::SymBool(_)));
+    assert_eq!(node("c").arg("dtype"), Some(&Arg::DType(DType::F16)));
+    assert!(matches!(node("chk").arg("self"), Some(Arg::SymBool(_))));
     assert_eq!(
-        arg(7, "indices"),
-        Value::List(vec![
-            Value::None,
-            Value::Tensor(TensorRef {
+        node("idx").arg("indices"),
+        Some(&Arg::Tensors(vec![
+            None,
+            Some(TensorRef {
                 producer: Producer::Input(2),
                 index: None
             })
-        ])
+        ]))
     );
     // The .item() symbol is a value (any sign); nonzero's count is a size.
     let u2 = g.env.symbol_id("u2").unwrap();
@@ -98,6 +116,147 @@ fn reads_symbols_inputs_nodes_outputs_and_asserts() {
     assert_eq!(g.env.symbol_range(u1).lo, 0);
     assert_eq!(g.outputs[1].mutates, Some(1));
     assert_eq!(g.env.runtime_asserts().len(), 1);
+}
+
+#[test]
+fn every_schema_parses() {
+    let ops = schema::all_ops();
+    assert!(ops.len() > 120, "{}", ops.len());
+    for op in ops {
+        let s = schema::lookup(op).unwrap();
+        assert_eq!(s.op, op);
+    }
+    let s = schema::lookup("aten.native_layer_norm.default").unwrap();
+    assert_eq!(s.returns, schema::Returns::Fixed(3));
+    assert_eq!(s.params.len(), 5);
+    assert_eq!(
+        schema::lookup("aten.split.Tensor").unwrap().returns,
+        schema::Returns::List
+    );
+    assert_eq!(
+        schema::lookup("aten._assert_scalar.default")
+            .unwrap()
+            .returns,
+        schema::Returns::Nothing
+    );
+    assert!(
+        schema::lookup("aten.index.Tensor").unwrap().params[1]
+            .ty
+            .elem_optional
+    );
+}
+
+#[test]
+fn unknown_ops_are_all_listed() {
+    let nodes = r#"{"name": "a", "op": "aten.frobnicate.default", "args": {}},
+                   {"name": "b", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": 1}},
+                   {"name": "c", "op": "aten.sinc.default", "args": {"self": {"tensor": "b"}}}"#;
+    match err(&graph(U0, X, nodes, r#"{"tensor": "x"}"#, "")) {
+        GraphError::UnknownOps { ops } => assert_eq!(
+            ops,
+            [
+                ("a".to_string(), "aten.frobnicate.default".to_string()),
+                ("c".to_string(), "aten.sinc.default".to_string())
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    let message = err(&graph(U0, X, nodes, r#"{"tensor": "x"}"#, "")).to_string();
+    assert!(
+        message.contains("aten.frobnicate.default (node 'a')")
+            && message.contains("aten.sinc.default (node 'c')"),
+        "{message}"
+    );
+}
+
+#[test]
+fn arguments_are_checked_against_the_schema() {
+    let (n, op, m) =
+        node_err(r#"{"name": "y", "op": "aten.mm.default", "args": {"self": {"tensor": "x"}}}"#);
+    assert!(
+        n == "y"
+            && op == "aten.mm.default"
+            && m.contains("argument 'mat2'")
+            && m.contains("missing"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.mm.default", "args": {"self": {"tensor": "x"}, "mat2": {"tensor": "x"}, "beta": 1}}"#,
+    );
+    assert!(
+        m.contains("unknown argument 'beta'") && m.contains("self, mat2"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.permute.default", "args": {"self": {"tensor": "x"}, "dims": {"tensor": "x"}}}"#,
+    );
+    assert!(
+        m.contains("argument 'dims' (int[])") && m.contains("found a tensor"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.view.default", "args": {"self": {"tensor": "x"}, "size": ["u0", "u9"]}}"#,
+    );
+    assert!(
+        m.contains("argument 'size'") && m.contains("unknown symbol 'u9'"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.mm.default", "args": {"self": null, "mat2": {"tensor": "x"}}}"#,
+    );
+    assert!(
+        m.contains("argument 'self' (Tensor)") && m.contains("null where a value is required"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.cat.default", "args": {"tensors": [{"tensor": "x"}, null]}}"#,
+    );
+    assert!(
+        m.contains("argument 'tensors' (Tensor[])") && m.contains("found null"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.gelu.default", "args": {"self": {"tensor": "x"}, "approximate": 1}}"#,
+    );
+    assert!(
+        m.contains("argument 'approximate' (str)") && m.contains("found an integer"),
+        "{m}"
+    );
+    let (_, _, m) = node_err(
+        r#"{"name": "y", "op": "aten.slice.Tensor", "args": {"self": {"tensor": "x"}, "end": "u0 > 2"}}"#,
+    );
+    assert!(m.contains("is a condition"), "{m}");
+}
+
+#[test]
+fn references_respect_how_many_outputs_a_node_has() {
+    let two =
+        r#"{"name": "mx", "op": "aten.max.dim", "args": {"self": {"tensor": "x"}, "dim": 1}}"#;
+    let use_ = |r: &str| {
+        format!(r#"{two}, {{"name": "y", "op": "aten.neg.default", "args": {{"self": {r}}}}}"#)
+    };
+    let (_, _, m) = node_err(&use_(r#"{"tensor": "mx"}"#));
+    assert!(m.contains("'mx' has 2 outputs: give an \"index\""), "{m}");
+    let (_, _, m) = node_err(&use_(r#"{"tensor": "mx", "index": 2}"#));
+    assert!(m.contains("index 2 is out of range"), "{m}");
+    let g = Graph::from_json(&graph(
+        U0,
+        X,
+        &use_(r#"{"tensor": "mx", "index": 1}"#),
+        r#"{"tensor": "x"}"#,
+        "",
+    ))
+    .unwrap();
+    assert_eq!(g.nodes.len(), 2);
+    let one = r#"{"name": "n", "op": "aten.neg.default", "args": {"self": {"tensor": "x"}}}, {"name": "y", "op": "aten.neg.default", "args": {"self": {"tensor": "n", "index": 0}}}"#;
+    let (_, _, m) = node_err(one);
+    assert!(m.contains("'n' has one output"), "{m}");
+    let none = r#"{"name": "k", "op": "aten._assert_scalar.default", "args": {"self": {"symbool": "u0 >= 0"}, "assert_msg": "ok"}}, {"name": "y", "op": "aten.neg.default", "args": {"self": {"tensor": "k"}}}"#;
+    let (_, _, m) = node_err(none);
+    assert!(m.contains("'k' has no output"), "{m}");
+    let split = r#"{"name": "sp", "op": "aten.split.Tensor", "args": {"self": {"tensor": "x"}, "split_size": 2}}, {"name": "y", "op": "aten.neg.default", "args": {"self": {"tensor": "sp"}}}"#;
+    let (_, _, m) = node_err(split);
+    assert!(m.contains("a list of outputs"), "{m}");
 }
 
 #[test]
@@ -209,7 +368,10 @@ fn node_errors_name_the_node_and_op() {
     let (_, _, m) = node_err(
         r#"{"name": "y", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x", "index": 1}}}"#,
     );
-    assert!(m.contains("is an input"), "{m}");
+    assert!(
+        m.contains("'x' has one output, but index 1 is given"),
+        "{m}"
+    );
     let (_, op, m) = node_err(r#"{"name": "y", "op": "torch.ops.higher_order.cond", "args": {}}"#);
     assert!(op.contains("cond") && m.contains("higher-order"), "{m}");
     let (_, _, m) =

@@ -29,6 +29,8 @@ pub enum GraphError {
     Output { index: usize, message: String },
     #[error("assert '{assert}': {message}")]
     Assert { assert: String, message: String },
+    #[error("unknown op{}: {}", if .ops.len() > 1 { "s" } else { "" }, .ops.iter().map(|(n, o)| format!("{o} (node '{n}')")).collect::<Vec<_>>().join(", "))]
+    UnknownOps { ops: Vec<(String, String)> },
     #[error("unbacked symbol '{name}' is declared but nothing binds it (no input dimension, no data-dependent node)")]
     Unbound { name: String },
 }

@@ -5,10 +5,12 @@
 mod dtype;
 mod error;
 mod read;
+pub mod schema;
 mod value;
 
 pub use dtype::DType;
 pub use error::GraphError;
+pub use schema::{Arg, Scalar, Schema};
 pub use value::{Producer, TensorRef, Value};
 
 use crate::sym::{Expr, ShapeEnv, SymbolId};
@@ -37,8 +39,9 @@ pub struct GraphNode {
     pub name: String,
     /// The ATen overload as torch.export prints it, e.g. `aten.add.Tensor`.
     pub op: String,
-    /// Arguments by schema name, as written (schema defaults are applied by lowering).
-    pub args: Vec<(String, Value)>,
+    pub schema: &'static Schema,
+    /// Arguments bound to the schema: typed, in schema order, defaults filled in.
+    pub args: Vec<Arg>,
     /// Stated output shape and dtype, checked against what lowering infers.
     pub shape: Option<Vec<Expr>>,
     pub dtype: Option<DType>,
@@ -51,6 +54,17 @@ pub struct Output {
     pub tensor: TensorRef,
     /// Index of the input this output is written back into after the call (a KV-cache write).
     pub mutates: Option<usize>,
+}
+
+impl GraphNode {
+    /// The bound argument named `name` (a schema parameter).
+    pub fn arg(&self, name: &str) -> Option<&Arg> {
+        self.schema
+            .params
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| &self.args[i])
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -8,6 +8,7 @@ use serde_json::{Map, Value as Json};
 
 use super::dtype::DType;
 use super::error::GraphError;
+use super::schema::{self, Returns};
 use super::value::{Producer, TensorRef, Value};
 use super::{Graph, GraphNode, Input, InputKind, Output};
 use crate::sym::{Expr, ShapeEnv, SymbolKind};
@@ -123,6 +124,8 @@ struct Reader {
     env: ShapeEnv,
     /// Tensor names (inputs and nodes) → their producer.
     names: FxHashMap<String, Producer>,
+    /// How many outputs each node has (unknown ops: taken as one).
+    returns: Vec<Returns>,
     bound: FxHashSet<String>,
 }
 
@@ -148,8 +151,16 @@ impl Reader {
             inputs.push(self.input(i, r)?);
         }
         let mut nodes = Vec::with_capacity(raw.nodes.len());
+        let mut unknown = Vec::new();
         for (i, r) in raw.nodes.iter().enumerate() {
-            nodes.push(self.node(i, r)?);
+            match self.node(i, r)? {
+                Some(n) => nodes.push(n),
+                None => unknown.push((r.name.clone(), r.op.clone())),
+            }
+        }
+        // Every unknown op of the graph at once, not just the first.
+        if !unknown.is_empty() {
+            return Err(GraphError::UnknownOps { ops: unknown });
         }
         let mut outputs = Vec::with_capacity(raw.outputs.len());
         for (i, r) in raw.outputs.iter().enumerate() {
@@ -306,7 +317,8 @@ impl Reader {
         })
     }
 
-    fn node(&mut self, i: usize, r: &RawNode) -> Result<GraphNode, GraphError> {
+    /// The node, or `None` if its op is unknown (reported with all the others).
+    fn node(&mut self, i: usize, r: &RawNode) -> Result<Option<GraphNode>, GraphError> {
         let err = |message: String| GraphError::Node {
             node: r.name.clone(),
             op: r.op.clone(),
@@ -317,14 +329,17 @@ impl Reader {
                 "higher-order ops (subgraphs) are not supported by graph format version 1".into(),
             ));
         }
-        let mut args = Vec::with_capacity(r.args.len());
+        let mut values = Vec::with_capacity(r.args.len());
         for (name, j) in &r.args {
             let v = self
                 .value(j)
                 .map_err(|m| err(format!("argument '{name}': {m}")))?;
             check_device_and_layout(name, &v).map_err(err)?;
-            args.push((name.clone(), v));
+            values.push((name.clone(), v));
         }
+        let schema = schema::lookup(&r.op);
+        self.returns
+            .push(schema.map_or(Returns::One, |s| s.returns));
         let shape = match &r.shape {
             Some(s) => Some(self.dims(s, "shape").map_err(err)?),
             None => None,
@@ -351,14 +366,19 @@ impl Reader {
             self.bind_lone_symbols(shape);
         }
         self.define(&r.name, Producer::Node(i)).map_err(err)?;
-        Ok(GraphNode {
+        let Some(schema) = schema else {
+            return Ok(None);
+        };
+        let args = schema.bind(&values, &mut self.env).map_err(err)?;
+        Ok(Some(GraphNode {
             name: r.name.clone(),
             op: r.op.clone(),
+            schema,
             args,
             shape,
             dtype,
             symbol,
-        })
+        }))
     }
 
     fn tensor_ref(&self, name: &str, index: Option<usize>) -> Result<TensorRef, String> {
@@ -366,12 +386,30 @@ impl Reader {
             .names
             .get(name)
             .ok_or_else(|| format!("'{name}' is neither an input nor an earlier node"))?;
-        if let (Producer::Input(_), Some(i)) = (producer, index) {
-            return Err(format!(
-                "'{name}' is an input (one tensor), but index {i} is given"
-            ));
+        let returns = match producer {
+            Producer::Input(_) => Returns::One,
+            Producer::Node(n) => self.returns[n],
+        };
+        let bad = match (returns, index) {
+            (Returns::Nothing, _) => Some(format!("'{name}' has no output")),
+            (Returns::One, Some(i)) => {
+                Some(format!("'{name}' has one output, but index {i} is given"))
+            }
+            (Returns::Fixed(n), None) => {
+                Some(format!("'{name}' has {n} outputs: give an \"index\""))
+            }
+            (Returns::List, None) => {
+                Some(format!("'{name}' has a list of outputs: give an \"index\""))
+            }
+            (Returns::Fixed(n), Some(i)) if i >= n => Some(format!(
+                "'{name}' has {n} outputs; index {i} is out of range"
+            )),
+            _ => None,
+        };
+        match bad {
+            Some(m) => Err(m),
+            None => Ok(TensorRef { producer, index }),
         }
-        Ok(TensorRef { producer, index })
     }
 
     fn value(&mut self, j: &Json) -> Result<Value, String> {
