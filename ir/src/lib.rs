@@ -3,4 +3,8 @@
 //! loop-level IR will live beside them.
 
 pub mod graph;
+pub mod loop_ir;
+pub mod lower;
+pub mod reference;
 pub mod sym;
+pub mod tensor;

@@ -172,3 +172,16 @@ fn torch_spellings_parse() {
         ("not (u0 >= 0)", "False"),
     ]);
 }
+
+#[test]
+fn substitution_rebuilds_canonically() {
+    let mut env = env();
+    let e = env.parse("2*n + n//2 + Min(n, u0)").unwrap();
+    let n = env.symbol_id("n").unwrap();
+    let rep = env.parse("2*u1 + 4").unwrap();
+    let s = env.pool_mut().substitute(e, &|id| (id == n).then_some(rep));
+    assert_eq!(env.text(s), "5*u1 + Min(u0, 2*u1 + 4) + 10");
+    // Symbols the map leaves alone stay; the result is canonical, so it is shared.
+    let again = env.parse("5*u1 + Min(u0, 2*u1 + 4) + 10").unwrap();
+    assert_eq!(s, again);
+}

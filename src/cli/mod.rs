@@ -2,6 +2,7 @@
 //! it in-process.
 
 mod check;
+mod lower;
 mod sym;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,14 @@ pub enum Command {
         /// The graph file.
         graph: std::path::PathBuf,
     },
+    /// Lower a graph and print the result.
+    Lower {
+        /// The graph file.
+        graph: std::path::PathBuf,
+        /// What to print: `loop-ir` (the loop-level IR's text form).
+        #[arg(long, default_value = "loop-ir")]
+        emit: String,
+    },
 }
 
 pub use sym::SymCommand;
@@ -37,5 +46,6 @@ pub fn run(cli: Cli) -> Result<String, String> {
     match cli.command {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),
+        Command::Lower { graph, emit } => lower::run(&graph, &emit),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::expr::{ArithOp, Expr, Node};
+use super::expr::{ArithOp, Expr, Node, SymbolId};
 use super::pool::ExprPool;
 
 /// Products of two sums are expanded only while the result has at most this many terms; beyond it
@@ -399,4 +399,89 @@ fn merge_sorted<V: Copy>(
     out.extend_from_slice(&a[i..]);
     out.extend_from_slice(&b[j..]);
     Some(out)
+}
+
+impl ExprPool {
+    /// `e` with symbols replaced by `map` (symbols it maps to `None` stay), rebuilt canonically.
+    pub fn substitute(&mut self, e: Expr, map: &dyn Fn(SymbolId) -> Option<Expr>) -> Expr {
+        let mut memo = rustc_hash::FxHashMap::default();
+        self.substitute_memo(e, map, &mut memo)
+    }
+
+    fn substitute_memo(
+        &mut self,
+        e: Expr,
+        map: &dyn Fn(SymbolId) -> Option<Expr>,
+        memo: &mut rustc_hash::FxHashMap<Expr, Expr>,
+    ) -> Expr {
+        if let Some(&r) = memo.get(&e) {
+            return r;
+        }
+        if !self.info(e).has_backed && !self.info(e).has_unbacked {
+            return e;
+        }
+        let node = self.node(e).clone();
+        let mut sub = |p: &mut Self, x: Expr| p.substitute_memo(x, map, memo);
+        let r = match node {
+            Node::Const(_) | Node::Bool(_) => e,
+            Node::Sym(s) => map(s).unwrap_or(e),
+            Node::Add { terms, constant } => {
+                let items: Vec<(Expr, i64)> =
+                    terms.iter().map(|&(t, c)| (sub(self, t), c)).collect();
+                self.linear_combination(&items, constant)
+            }
+            Node::Mul(factors) => factors.iter().fold(self.one(), |acc, &(f, n)| {
+                let f = sub(self, f);
+                let p = self.pow(f, n);
+                self.mul(acc, p)
+            }),
+            Node::FloorDiv(a, b) => {
+                let (a, b) = (sub(self, a), sub(self, b));
+                self.floordiv(a, b)
+            }
+            Node::CeilDiv(a, b) => {
+                let (a, b) = (sub(self, a), sub(self, b));
+                self.ceildiv(a, b)
+            }
+            Node::Mod(a, b) => {
+                let (a, b) = (sub(self, a), sub(self, b));
+                self.modulo(a, b)
+            }
+            Node::Min(args) | Node::Max(args) => {
+                let is_min = matches!(self.node(e), Node::Min(_));
+                let args: Vec<Expr> = args.iter().map(|&a| sub(self, a)).collect();
+                self.min_max(is_min, &args)
+            }
+            Node::Where(c, a, b) => {
+                let (c, a, b) = (sub(self, c), sub(self, a), sub(self, b));
+                self.where_(c, a, b)
+            }
+            Node::Cmp(op, a, b) => {
+                let (a, b) = (sub(self, a), sub(self, b));
+                self.compare(op, a, b)
+            }
+            Node::And(args) | Node::Or(args) => {
+                let is_and = matches!(self.node(e), Node::And(_));
+                let args: Vec<Expr> = args.iter().map(|&a| sub(self, a)).collect();
+                if is_and {
+                    self.and(&args)
+                } else {
+                    self.or(&args)
+                }
+            }
+            Node::Not(a) => {
+                let a = sub(self, a);
+                self.not(a)
+            }
+            Node::Unfolded(op, a, b) => {
+                let (a, b) = (sub(self, a), sub(self, b));
+                match op {
+                    ArithOp::Add => self.add(a, b),
+                    ArithOp::Mul => self.mul(a, b),
+                }
+            }
+        };
+        memo.insert(e, r);
+        r
+    }
 }

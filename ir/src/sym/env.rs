@@ -60,6 +60,8 @@ pub struct ShapeEnv {
     pub(crate) simplify_memo: Memo<Expr>,
     pub(crate) range_memo: Memo<CompactRange>,
     pub(crate) hint_memo: Memo<i64>,
+    /// Next number for each prefix of loop variables.
+    index_counters: FxHashMap<String, usize>,
 }
 
 impl Default for ShapeEnv {
@@ -95,6 +97,7 @@ impl ShapeEnv {
             simplify_memo: Memo::new(Expr(0)),
             range_memo: Memo::new(ValueRange::UNBOUNDED.into()),
             hint_memo: Memo::new(0),
+            index_counters: FxHashMap::default(),
         }
     }
 
@@ -206,6 +209,22 @@ impl ShapeEnv {
     pub fn new_unbacked_size(&mut self, optimization_hint: Option<i64>) -> Expr {
         let name = self.fresh_name("u");
         self.unbacked_size(&name, None, None, optimization_hint)
+            .expect("fresh names are valid")
+    }
+
+    /// A loop variable over `0..size`: an unbacked value whose range is `[0, max(size) - 1]`, named
+    /// `<prefix><n>` with the first free `n`.
+    pub fn new_index_var(&mut self, prefix: &str, size: Expr) -> Expr {
+        let hi = self.bound(size).hi_i64().map(|h| (h - 1).max(0));
+        let counter = self.index_counters.entry(prefix.to_string()).or_insert(0);
+        let name = loop {
+            let name = format!("{prefix}{counter}");
+            *counter += 1;
+            if self.pool.lookup(&name).is_none() {
+                break name;
+            }
+        };
+        self.unbacked_value(&name, Some(0), hi, None)
             .expect("fresh names are valid")
     }
 

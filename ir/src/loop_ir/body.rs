@@ -1,0 +1,169 @@
+//! The body of a computed buffer: a small SSA DAG. Every value has a dtype; half-precision loads
+//! are cast to f32 before arithmetic and results cast back when stored. Building deduplicates
+//! identical ops, so a value loaded twice is loaded once.
+
+use rustc_hash::FxHashMap;
+
+use super::BufferId;
+use crate::graph::DType;
+use crate::sym::Expr;
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ValueId(pub u32);
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Erf,
+    Reciprocal,
+    LogicalNot,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// True division (floats).
+    Div,
+    /// Floor division (`rounding_mode='floor'`, and integer `//`).
+    FloorDiv,
+    /// Division rounded toward zero (`rounding_mode='trunc'`).
+    TruncDiv,
+    Pow,
+    Max,
+    Min,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    LogicalAnd,
+    LogicalOr,
+    BitAnd,
+    BitOr,
+}
+
+/// A constant; floats keep their bits so that the op is hashable.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Constant {
+    Float(u64),
+    Int(i64),
+}
+
+impl Constant {
+    pub fn float(v: f64) -> Constant {
+        Constant::Float(v.to_bits())
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Op {
+    Load {
+        buffer: BufferId,
+        index: Expr,
+    },
+    Constant(Constant),
+    /// An integer index value (`arange`, masks), as i64.
+    Index(Expr),
+    Unary(UnaryOp, ValueId),
+    Binary(BinaryOp, ValueId, ValueId),
+    Where(ValueId, ValueId, ValueId),
+    Cast(ValueId),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Body {
+    /// Each op with the dtype of its value.
+    pub ops: Vec<(Op, DType)>,
+    pub result: Option<ValueId>,
+}
+
+impl Body {
+    pub fn dtype(&self, v: ValueId) -> DType {
+        self.ops[v.0 as usize].1
+    }
+}
+
+#[derive(Default)]
+pub struct BodyBuilder {
+    body: Body,
+    seen: FxHashMap<(Op, DType), ValueId>,
+}
+
+impl BodyBuilder {
+    pub fn push(&mut self, op: Op, dtype: DType) -> ValueId {
+        if let Some(&v) = self.seen.get(&(op, dtype)) {
+            return v;
+        }
+        let v = ValueId(self.body.ops.len() as u32);
+        self.body.ops.push((op, dtype));
+        self.seen.insert((op, dtype), v);
+        v
+    }
+
+    pub fn dtype(&self, v: ValueId) -> DType {
+        self.body.dtype(v)
+    }
+
+    pub fn load(&mut self, buffer: BufferId, index: Expr, dtype: DType) -> ValueId {
+        self.push(Op::Load { buffer, index }, dtype)
+    }
+
+    pub fn constant(&mut self, c: Constant, dtype: DType) -> ValueId {
+        self.push(Op::Constant(c), dtype)
+    }
+
+    pub fn cast(&mut self, v: ValueId, dtype: DType) -> ValueId {
+        if self.dtype(v) == dtype {
+            return v;
+        }
+        self.push(Op::Cast(v), dtype)
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, v: ValueId) -> ValueId {
+        let dtype = match op {
+            UnaryOp::LogicalNot => DType::Bool,
+            _ => self.dtype(v),
+        };
+        self.push(Op::Unary(op, v), dtype)
+    }
+
+    /// `a op b`; both operands must already have the computation dtype.
+    pub fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+        let dtype = match op {
+            BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge
+            | BinaryOp::LogicalAnd
+            | BinaryOp::LogicalOr => DType::Bool,
+            _ => self.dtype(a),
+        };
+        self.push(Op::Binary(op, a, b), dtype)
+    }
+
+    pub fn where_(&mut self, c: ValueId, a: ValueId, b: ValueId) -> ValueId {
+        let dtype = self.dtype(a);
+        self.push(Op::Where(c, a, b), dtype)
+    }
+
+    pub fn finish(mut self, result: ValueId) -> Body {
+        self.body.result = Some(result);
+        self.body
+    }
+}

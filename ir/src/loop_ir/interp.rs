@@ -1,0 +1,413 @@
+//! Executes a loop-IR program on host tensors, one element at a time: the semantics of the IR, not
+//! a fast path. Every load is bounds-checked; an out-of-range index, a division by zero or an empty
+//! max/min reduction is an error naming the buffer and its graph nodes.
+
+use thiserror::Error;
+
+use super::{BinaryOp, BufferKind, Constant, Op, Program, ReductionKind, UnaryOp};
+use crate::graph::DType;
+use crate::sym::{Bindings, Expr};
+use crate::tensor::{round_to, wrap_to, Data, HostTensor};
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum RunError {
+    #[error("buffer {buffer} ({origins}): {message}")]
+    Buffer {
+        buffer: String,
+        origins: String,
+        message: String,
+    },
+    #[error("input {index}: {message}")]
+    Input { index: usize, message: String },
+    /// A symbol outside its range or a runtime assert (recorded by the graph or by a guard-free
+    /// lowering decision) that does not hold.
+    #[error("{0}")]
+    Assert(String),
+}
+
+#[derive(Copy, Clone, Debug)]
+enum V {
+    F(f64),
+    I(i64),
+}
+
+impl V {
+    fn f(self) -> f64 {
+        match self {
+            V::F(x) => x,
+            V::I(x) => x as f64,
+        }
+    }
+    fn i(self) -> i64 {
+        match self {
+            V::F(x) => x as i64,
+            V::I(x) => x,
+        }
+    }
+}
+
+fn store(dtype: DType, v: V) -> V {
+    if dtype.is_float() {
+        V::F(round_to(dtype, v.f()))
+    } else {
+        V::I(wrap_to(dtype, v.i()))
+    }
+}
+
+impl Program {
+    /// Runs the program. `bindings` gives every graph symbol's value.
+    pub fn run(
+        &self,
+        inputs: &[HostTensor],
+        bindings: &Bindings,
+    ) -> Result<Vec<HostTensor>, RunError> {
+        self.env
+            .check_bindings(bindings)
+            .map_err(|e| RunError::Assert(e.to_string()))?;
+        let mut storage: Vec<Vec<V>> = Vec::with_capacity(self.buffers.len());
+        let mut b = bindings.clone();
+        for buf in &self.buffers {
+            let fail = |message: String| RunError::Buffer {
+                buffer: buf.name.clone(),
+                origins: buf.origins.join(", "),
+                message,
+            };
+            let eval =
+                |b: &Bindings, e: Expr| self.env.evaluate(e, b).map_err(|e| fail(e.to_string()));
+            let numel =
+                buf.layout
+                    .sizes
+                    .iter()
+                    .map(|&s| eval(&b, s))
+                    .try_fold(1i64, |acc, s| {
+                        s.and_then(|s| {
+                            acc.checked_mul(s)
+                                .ok_or_else(|| fail("size overflows".into()))
+                        })
+                    })?;
+            match &buf.kind {
+                BufferKind::Input(n) => {
+                    let t = inputs.get(*n).ok_or(RunError::Input {
+                        index: *n,
+                        message: "missing".into(),
+                    })?;
+                    if t.numel() as i64 != numel {
+                        return Err(RunError::Input {
+                            index: *n,
+                            message: format!("{} elements, expected {numel}", t.numel()),
+                        });
+                    }
+                    storage.push(match &t.data {
+                        Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
+                        Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
+                    });
+                }
+                BufferKind::Computed { loops, body } => {
+                    let ranges: Vec<i64> = loops
+                        .ranges
+                        .iter()
+                        .map(|&r| eval(&b, r))
+                        .collect::<Result<_, _>>()?;
+                    let (rkind, rranges) = match &loops.reduction {
+                        Some((k, rr, _)) => (
+                            Some(*k),
+                            rr.iter()
+                                .map(|&r| eval(&b, r))
+                                .collect::<Result<Vec<_>, _>>()?,
+                        ),
+                        None => (None, Vec::new()),
+                    };
+                    let mut out = vec![V::I(0); numel.max(0) as usize];
+                    let mut idx = vec![0i64; ranges.len()];
+                    let total: i64 = ranges.iter().product();
+                    for _ in 0..total.max(0) {
+                        for (k, &v) in loops.vars.iter().zip(&idx) {
+                            b.set(
+                                self.env
+                                    .pool()
+                                    .as_symbol(*k)
+                                    .expect("loop vars are symbols"),
+                                v,
+                            );
+                        }
+                        let value = match (rkind, &loops.reduction) {
+                            (None, _) => self.eval_body(body, &b, &storage).map_err(fail)?,
+                            (Some(kind), Some((_, _, rvars))) => self
+                                .reduce(kind, body, rvars, &rranges, &mut b, &storage)
+                                .map_err(fail)?,
+                            _ => unreachable!(),
+                        };
+                        let at = buf.layout.index_value(&self.env, &idx, &b).map_err(fail)?;
+                        let slot = out
+                            .get_mut(at as usize)
+                            .filter(|_| at >= 0)
+                            .ok_or_else(|| fail(format!("store out of bounds at {at}")))?;
+                        *slot = store(buf.dtype, value);
+                        // Next index, last dimension fastest.
+                        for k in (0..idx.len()).rev() {
+                            idx[k] += 1;
+                            if idx[k] < ranges[k] {
+                                break;
+                            }
+                            idx[k] = 0;
+                        }
+                    }
+                    storage.push(out);
+                }
+            }
+        }
+        let mut outs = Vec::new();
+        for &o in &self.outputs {
+            let buf = &self.buffers[o.index()];
+            let shape: Vec<usize> = buf
+                .layout
+                .sizes
+                .iter()
+                .map(|&s| self.env.evaluate(s, &b).map(|v| v as usize))
+                .collect::<Result<_, _>>()
+                .map_err(|e| RunError::Buffer {
+                    buffer: buf.name.clone(),
+                    origins: String::new(),
+                    message: e.to_string(),
+                })?;
+            let vals = &storage[o.index()];
+            let data = if buf.dtype.is_float() {
+                Data::Float(vals.iter().map(|v| v.f()).collect())
+            } else {
+                Data::Int(vals.iter().map(|v| v.i()).collect())
+            };
+            outs.push(HostTensor {
+                dtype: buf.dtype,
+                shape,
+                data,
+            });
+        }
+        Ok(outs)
+    }
+
+    fn reduce(
+        &self,
+        kind: ReductionKind,
+        body: &super::Body,
+        rvars: &[Expr],
+        rranges: &[i64],
+        b: &mut Bindings,
+        storage: &[Vec<V>],
+    ) -> Result<V, String> {
+        let total: i64 = rranges.iter().product();
+        let dtype = body.dtype(body.result.expect("body has a result"));
+        if total <= 0 && matches!(kind, ReductionKind::Max | ReductionKind::Min) {
+            return Err(format!("{} over an empty range", kind.name()));
+        }
+        let mut acc: Option<V> = None;
+        let mut ridx = vec![0i64; rranges.len()];
+        for _ in 0..total.max(0) {
+            for (k, &v) in rvars.iter().zip(&ridx) {
+                b.set(
+                    self.env
+                        .pool()
+                        .as_symbol(*k)
+                        .expect("loop vars are symbols"),
+                    v,
+                );
+            }
+            let v = self.eval_body(body, b, storage)?;
+            acc = Some(match acc {
+                None => v,
+                Some(a) => combine(kind, dtype, a, v),
+            });
+            for k in (0..ridx.len()).rev() {
+                ridx[k] += 1;
+                if ridx[k] < rranges[k] {
+                    break;
+                }
+                ridx[k] = 0;
+            }
+        }
+        Ok(match acc {
+            Some(a) => a,
+            None if dtype.is_float() => V::F(0.0),
+            None => V::I(0),
+        })
+    }
+
+    fn eval_body(&self, body: &super::Body, b: &Bindings, storage: &[Vec<V>]) -> Result<V, String> {
+        let mut vals: Vec<V> = Vec::with_capacity(body.ops.len());
+        for &(op, dtype) in &body.ops {
+            let v = match op {
+                Op::Load { buffer, index } => {
+                    let i = self.env.evaluate(index, b).map_err(|e| e.to_string())?;
+                    let data = &storage[buffer.index()];
+                    *data.get(i as usize).filter(|_| i >= 0).ok_or_else(|| {
+                        format!(
+                            "load from {} at index {i} is out of bounds (size {})",
+                            self.buffers[buffer.index()].name,
+                            data.len()
+                        )
+                    })?
+                }
+                Op::Constant(Constant::Float(bits)) => V::F(f64::from_bits(bits)),
+                Op::Constant(Constant::Int(i)) => V::I(i),
+                Op::Index(e) => V::I(self.env.evaluate(e, b).map_err(|e| e.to_string())?),
+                Op::Cast(a) => vals[a.0 as usize],
+                Op::Unary(u, a) => unary(u, vals[a.0 as usize], dtype),
+                Op::Binary(o, x, y) => {
+                    binary(o, vals[x.0 as usize], vals[y.0 as usize], body.dtype(x))?
+                }
+                Op::Where(c, x, y) => {
+                    if vals[c.0 as usize].i() != 0 {
+                        vals[x.0 as usize]
+                    } else {
+                        vals[y.0 as usize]
+                    }
+                }
+            };
+            vals.push(store(dtype, v));
+        }
+        Ok(vals[body.result.expect("body has a result").0 as usize])
+    }
+}
+
+impl super::Layout {
+    /// The storage index of `idx` at run time.
+    fn index_value(
+        &self,
+        env: &crate::sym::ShapeEnv,
+        idx: &[i64],
+        b: &Bindings,
+    ) -> Result<i64, String> {
+        let mut at = env.evaluate(self.offset, b).map_err(|e| e.to_string())?;
+        for (&s, &i) in self.strides.iter().zip(idx) {
+            let s = env.evaluate(s, b).map_err(|e| e.to_string())?;
+            at += s * i;
+        }
+        Ok(at)
+    }
+}
+
+fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
+    match (kind, dtype.is_float()) {
+        (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
+        (ReductionKind::Sum, false) => V::I(a.i().wrapping_add(v.i())),
+        // NaN propagates, as in ATen.
+        (ReductionKind::Max, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
+            f64::NAN
+        } else {
+            a.f().max(v.f())
+        }),
+        (ReductionKind::Min, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
+            f64::NAN
+        } else {
+            a.f().min(v.f())
+        }),
+        (ReductionKind::Max, false) => V::I(a.i().max(v.i())),
+        (ReductionKind::Min, false) => V::I(a.i().min(v.i())),
+        (ReductionKind::Any, _) => V::I(i64::from(a.i() != 0 || v.i() != 0)),
+    }
+}
+
+fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
+    if !dtype.is_float() && u != UnaryOp::LogicalNot {
+        return match u {
+            UnaryOp::Neg => V::I(a.i().wrapping_neg()),
+            UnaryOp::Abs => V::I(a.i().wrapping_abs()),
+            UnaryOp::Relu => V::I(a.i().max(0)),
+            _ => V::F(unary(u, V::F(a.f()), DType::F64).f()),
+        };
+    }
+    let x = a.f();
+    V::F(match u {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0)
+            }
+        }
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::LogicalNot => return V::I(i64::from(a.f() == 0.0)),
+    })
+}
+
+fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String> {
+    use BinaryOp::*;
+    let cmp = |r: bool| V::I(i64::from(r));
+    if dtype.is_float() {
+        let (x, y) = (a.f(), b.f());
+        return Ok(match o {
+            Add => V::F(x + y),
+            Sub => V::F(x - y),
+            Mul => V::F(x * y),
+            Div => V::F(x / y),
+            FloorDiv => V::F((x / y).floor()),
+            TruncDiv => V::F((x / y).trunc()),
+            Pow => V::F(x.powf(y)),
+            Max => V::F(if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.max(y)
+            }),
+            Min => V::F(if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.min(y)
+            }),
+            Eq => cmp(x == y),
+            Ne => cmp(x != y),
+            Lt => cmp(x < y),
+            Le => cmp(x <= y),
+            Gt => cmp(x > y),
+            Ge => cmp(x >= y),
+            LogicalAnd => cmp(x != 0.0 && y != 0.0),
+            LogicalOr => cmp(x != 0.0 || y != 0.0),
+            BitAnd | BitOr => return Err("bitwise op on floats".into()),
+        });
+    }
+    let (x, y) = (a.i(), b.i());
+    Ok(match o {
+        Add => V::I(x.wrapping_add(y)),
+        Sub => V::I(x.wrapping_sub(y)),
+        Mul => V::I(x.wrapping_mul(y)),
+        Div => V::F(x as f64 / y as f64),
+        FloorDiv | TruncDiv => {
+            if y == 0 {
+                return Err("integer division by zero".into());
+            }
+            let q = x.wrapping_div(y);
+            V::I(if o == FloorDiv && (x % y != 0) && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            })
+        }
+        Pow => V::I(if y < 0 {
+            0
+        } else {
+            x.wrapping_pow(y.min(u32::MAX as i64) as u32)
+        }),
+        Max => V::I(x.max(y)),
+        Min => V::I(x.min(y)),
+        Eq => cmp(x == y),
+        Ne => cmp(x != y),
+        Lt => cmp(x < y),
+        Le => cmp(x <= y),
+        Gt => cmp(x > y),
+        Ge => cmp(x >= y),
+        LogicalAnd => cmp(x != 0 && y != 0),
+        LogicalOr => cmp(x != 0 || y != 0),
+        BitAnd => V::I(x & y),
+        BitOr => V::I(x | y),
+    })
+}

@@ -1,0 +1,121 @@
+//! The loop-level IR (Inductor-style): buffers with a dtype and a layout (symbolic sizes, strides,
+//! offset); computed buffers are a pointwise loop nest or a reduction, each with a small SSA body of
+//! loads at symbolic index expressions, constants, pointwise ops and casts. `print` gives the stable
+//! text dump that golden tests compare; `interp` executes a program.
+
+mod body;
+pub mod interp;
+mod print;
+
+pub use body::{BinaryOp, Body, BodyBuilder, Constant, Op, UnaryOp, ValueId};
+
+use crate::graph::DType;
+use crate::sym::{Expr, ShapeEnv};
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct BufferId(pub u32);
+
+impl BufferId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Where element `(i0, …, in)` lives: `offset + Σ strides[k]·ik`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub sizes: Vec<Expr>,
+    pub strides: Vec<Expr>,
+    pub offset: Expr,
+}
+
+impl Layout {
+    /// Row-major strides for `sizes`.
+    pub fn contiguous(env: &mut ShapeEnv, sizes: &[Expr]) -> Layout {
+        let p = env.pool_mut();
+        let mut strides = vec![p.one(); sizes.len()];
+        for k in (0..sizes.len().saturating_sub(1)).rev() {
+            strides[k] = p.mul(strides[k + 1], sizes[k + 1]);
+        }
+        Layout {
+            sizes: sizes.to_vec(),
+            strides,
+            offset: p.zero(),
+        }
+    }
+
+    /// The storage index of the element at `idx`.
+    pub fn index(&self, env: &mut ShapeEnv, idx: &[Expr]) -> Expr {
+        let items: Vec<(Expr, i64)> = self
+            .strides
+            .iter()
+            .zip(idx)
+            .map(|(&s, &i)| (env.pool_mut().mul(s, i), 1))
+            .chain(std::iter::once((self.offset, 1)))
+            .collect();
+        let sum = env.pool_mut().linear_combination(&items, 0);
+        env.simplify(sum)
+    }
+
+    /// The number of elements.
+    pub fn numel(&self, env: &mut ShapeEnv) -> Expr {
+        let p = env.pool_mut();
+        self.sizes.iter().fold(p.one(), |acc, &s| p.mul(acc, s))
+    }
+}
+
+/// How a reduction combines values.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ReductionKind {
+    Sum,
+    Max,
+    Min,
+    Any,
+}
+
+impl ReductionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReductionKind::Sum => "sum",
+            ReductionKind::Max => "max",
+            ReductionKind::Min => "min",
+            ReductionKind::Any => "any",
+        }
+    }
+}
+
+/// The loop nest a computed buffer runs: one variable per output dimension and, for a reduction,
+/// one per reduced dimension.
+#[derive(Clone, Debug)]
+pub struct Loops {
+    pub ranges: Vec<Expr>,
+    pub vars: Vec<Expr>,
+    pub reduction: Option<(ReductionKind, Vec<Expr>, Vec<Expr>)>,
+}
+
+#[derive(Clone, Debug)]
+pub enum BufferKind {
+    /// Graph input number `n`.
+    Input(usize),
+    /// Computed by a loop nest; the body's result is stored (or reduced, then stored).
+    Computed { loops: Loops, body: Body },
+}
+
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    pub name: String,
+    pub dtype: DType,
+    pub layout: Layout,
+    pub kind: BufferKind,
+    /// The graph nodes whose computation this buffer carries.
+    pub origins: Vec<String>,
+}
+
+/// A lowered graph.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub env: ShapeEnv,
+    pub buffers: Vec<Buffer>,
+    /// Graph outputs, in order.
+    pub outputs: Vec<BufferId>,
+}

@@ -1,0 +1,90 @@
+//! The text form of a loop-IR program: stable and readable, compared by golden tests.
+
+use std::fmt::Write;
+
+use super::{Body, BufferKind, Constant, Op, Program};
+
+impl Program {
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let env = &self.env;
+        let list = |xs: &[crate::sym::Expr]| {
+            xs.iter()
+                .map(|&e| env.text(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (i, b) in self.buffers.iter().enumerate() {
+            let shape = format!("{}[{}]", b.dtype, list(&b.layout.sizes));
+            match &b.kind {
+                BufferKind::Input(n) => {
+                    let _ = writeln!(
+                        out,
+                        "input {} = arg{n}: {shape} strides [{}]",
+                        b.name,
+                        list(&b.layout.strides)
+                    );
+                }
+                BufferKind::Computed { loops, body } => {
+                    let what = match &loops.reduction {
+                        None => format!(
+                            "pointwise over [{}] ({})",
+                            list(&loops.ranges),
+                            list(&loops.vars)
+                        ),
+                        Some((kind, ranges, vars)) => format!(
+                            "{} over [{}] ({}) reducing [{}] ({})",
+                            kind.name(),
+                            list(&loops.ranges),
+                            list(&loops.vars),
+                            list(ranges),
+                            list(vars)
+                        ),
+                    };
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let _ = writeln!(out, "buffer {} (#{i}): {shape} = {what}{from}", b.name);
+                    self.write_body(&mut out, body);
+                }
+            }
+        }
+        let outs: Vec<&str> = self
+            .outputs
+            .iter()
+            .map(|o| self.buffers[o.index()].name.as_str())
+            .collect();
+        let _ = writeln!(out, "outputs: {}", outs.join(", "));
+        out
+    }
+
+    fn write_body(&self, out: &mut String, body: &Body) {
+        let env = &self.env;
+        for (i, (op, dtype)) in body.ops.iter().enumerate() {
+            let rhs = match op {
+                Op::Load { buffer, index } => format!(
+                    "load {}[{}]",
+                    self.buffers[buffer.index()].name,
+                    env.text(*index)
+                ),
+                Op::Constant(Constant::Float(bits)) => {
+                    format!("constant {:?}", f64::from_bits(*bits))
+                }
+                Op::Constant(Constant::Int(v)) => format!("constant {v}"),
+                Op::Index(e) => format!("index {}", env.text(*e)),
+                Op::Unary(u, a) => format!("{} v{}", format!("{u:?}").to_lowercase(), a.0),
+                Op::Binary(b, x, y) => {
+                    format!("{} v{}, v{}", format!("{b:?}").to_lowercase(), x.0, y.0)
+                }
+                Op::Where(c, a, b) => format!("where v{}, v{}, v{}", c.0, a.0, b.0),
+                Op::Cast(a) => format!("cast v{}", a.0),
+            };
+            let _ = writeln!(out, "  v{i} = {rhs} : {dtype}");
+        }
+        if let Some(r) = body.result {
+            let _ = writeln!(out, "  -> v{}", r.0);
+        }
+    }
+}

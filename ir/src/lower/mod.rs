@@ -1,0 +1,370 @@
+//! ATen lowering: graph nodes → loop-level IR. A lowered tensor is a dtype, symbolic sizes and a
+//! *loader* that, given index expressions, emits the ops computing that element into a body (as in
+//! Inductor). Views compose loaders (index arithmetic, no copies), pointwise ops combine them, and
+//! a tensor becomes a buffer ("realized") when it is a reduction, a graph output, or read by
+//! several nodes. Every size decision goes through the guard-free queries.
+
+mod ops;
+mod promote;
+mod views;
+
+use std::rc::Rc;
+
+use thiserror::Error;
+
+use crate::graph::{Arg, DType, Graph, Producer, TensorRef};
+use crate::loop_ir::{
+    Body, BodyBuilder, Buffer, BufferId, BufferKind, Layout, Loops, Program, ReductionKind, ValueId,
+};
+use crate::sym::{Expr, ShapeEnv};
+
+pub use promote::compute_dtype;
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum LowerError {
+    #[error("node '{node}' ({op}): {message}")]
+    Node {
+        node: String,
+        op: String,
+        message: String,
+    },
+    #[error("node '{node}' ({op}) is not lowered yet")]
+    Unsupported { node: String, op: String },
+}
+
+/// What a loader emits into: the body being built and the shape environment.
+pub struct Ctx<'a> {
+    pub env: &'a mut ShapeEnv,
+    pub body: &'a mut BodyBuilder,
+}
+
+/// Emits the ops for the element at the given indices; returns a value in the tensor's compute
+/// dtype (f32 for f16/bf16).
+pub type Loader = Rc<dyn Fn(&mut Ctx, &[Expr]) -> ValueId>;
+
+#[derive(Clone)]
+pub struct LTensor {
+    pub dtype: DType,
+    pub sizes: Vec<Expr>,
+    pub loader: Loader,
+    /// A Python number standing for a tensor (it takes part in type promotion only by category).
+    pub wrapped: bool,
+    /// The buffer holding it, once realized.
+    pub buffer: Option<BufferId>,
+}
+
+/// Lowers a graph to a loop-level program.
+pub fn lower(graph: &Graph) -> Result<Program, LowerError> {
+    let mut l = Lowerer::new(graph);
+    l.run()?;
+    Ok(l.finish())
+}
+
+pub(crate) struct Lowerer<'g> {
+    pub graph: &'g Graph,
+    pub env: ShapeEnv,
+    pub buffers: Vec<Buffer>,
+    inputs: Vec<LTensor>,
+    /// Each node's outputs (several for split, max.dim, …).
+    values: Vec<Vec<LTensor>>,
+    uses: Vec<usize>,
+    outputs: Vec<BufferId>,
+}
+
+impl<'g> Lowerer<'g> {
+    fn new(graph: &'g Graph) -> Self {
+        let mut env = graph.env.clone();
+        let mut buffers = Vec::new();
+        let mut inputs = Vec::new();
+        for (i, inp) in graph.inputs.iter().enumerate() {
+            let layout = match &inp.strides {
+                Some(s) => Layout {
+                    sizes: inp.shape.clone(),
+                    strides: s.clone(),
+                    offset: env.pool_mut().zero(),
+                },
+                None => Layout::contiguous(&mut env, &inp.shape),
+            };
+            let id = BufferId(buffers.len() as u32);
+            buffers.push(Buffer {
+                name: inp.name.clone(),
+                dtype: inp.dtype,
+                layout: layout.clone(),
+                kind: BufferKind::Input(i),
+                origins: Vec::new(),
+            });
+            inputs.push(buffer_tensor(id, inp.dtype, layout));
+        }
+        let mut uses = vec![0; graph.nodes.len()];
+        let mut count = |r: &TensorRef| {
+            if let Producer::Node(n) = r.producer {
+                uses[n] += 1;
+            }
+        };
+        for n in &graph.nodes {
+            for a in &n.args {
+                match a {
+                    Arg::Tensor(r) => count(r),
+                    Arg::Tensors(rs) => rs.iter().flatten().for_each(&mut count),
+                    _ => {}
+                }
+            }
+        }
+        for o in &graph.outputs {
+            count(&o.tensor);
+        }
+        Lowerer {
+            graph,
+            env,
+            buffers,
+            inputs,
+            values: Vec::new(),
+            uses,
+            outputs: Vec::new(),
+        }
+    }
+
+    fn run(&mut self) -> Result<(), LowerError> {
+        for (i, node) in self.graph.nodes.iter().enumerate() {
+            let outs = ops::lower_node(self, node).map_err(|e| match e {
+                NodeError::Unsupported => LowerError::Unsupported {
+                    node: node.name.clone(),
+                    op: node.op.clone(),
+                },
+                NodeError::Message(message) => LowerError::Node {
+                    node: node.name.clone(),
+                    op: node.op.clone(),
+                    message,
+                },
+            })?;
+            // Read by several nodes: computed once, into a buffer.
+            let outs = if self.uses[i] > 1 {
+                outs.into_iter()
+                    .map(|t| self.realize(t, &node.name))
+                    .collect()
+            } else {
+                outs
+            };
+            if let Some(stated) = &node.shape {
+                if let Some(t) = outs.first() {
+                    self.check_stated_shape(stated, &t.sizes)
+                        .map_err(|message| LowerError::Node {
+                            node: node.name.clone(),
+                            op: node.op.clone(),
+                            message,
+                        })?;
+                }
+            }
+            if let (Some(stated), Some(t)) = (node.dtype, outs.first()) {
+                if stated != t.dtype {
+                    return Err(LowerError::Node {
+                        node: node.name.clone(),
+                        op: node.op.clone(),
+                        message: format!("stated dtype {stated}, but the op produces {}", t.dtype),
+                    });
+                }
+            }
+            self.values.push(outs);
+        }
+        for o in &self.graph.outputs {
+            let t = self.tensor(&o.tensor).map_err(|message| LowerError::Node {
+                node: "outputs".into(),
+                op: String::new(),
+                message,
+            })?;
+            let name = self.name_of(&o.tensor);
+            let t = self.realize(t, &name);
+            self.outputs.push(t.buffer.expect("realized"));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Program {
+        Program {
+            env: self.env,
+            buffers: self.buffers,
+            outputs: self.outputs,
+        }
+    }
+
+    fn name_of(&self, r: &TensorRef) -> String {
+        match r.producer {
+            Producer::Input(i) => self.graph.inputs[i].name.clone(),
+            Producer::Node(n) => self.graph.nodes[n].name.clone(),
+        }
+    }
+
+    /// Stated and inferred sizes must agree for every value of the symbols.
+    fn check_stated_shape(&mut self, stated: &[Expr], inferred: &[Expr]) -> Result<(), String> {
+        let text = |env: &ShapeEnv, xs: &[Expr]| {
+            xs.iter()
+                .map(|&e| env.text(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let same = stated.len() == inferred.len()
+            && stated.iter().zip(inferred).all(|(&a, &b)| {
+                let c = self.env.pool_mut().eq(a, b);
+                self.env.statically_known_true(c)
+            });
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "stated shape [{}], inferred [{}]",
+                text(&self.env, stated),
+                text(&self.env, inferred)
+            ))
+        }
+    }
+
+    pub fn tensor(&self, r: &TensorRef) -> Result<LTensor, String> {
+        match r.producer {
+            Producer::Input(i) => Ok(self.inputs[i].clone()),
+            Producer::Node(n) => {
+                let outs = &self.values[n];
+                let i = r.index.unwrap_or(0);
+                outs.get(i).cloned().ok_or_else(|| {
+                    format!(
+                        "'{}' has {} outputs; index {i} is out of range",
+                        self.graph.nodes[n].name,
+                        outs.len()
+                    )
+                })
+            }
+        }
+    }
+
+    /// Fresh loop variables, one per size.
+    pub fn index_vars(&mut self, prefix: &str, sizes: &[Expr]) -> Vec<Expr> {
+        sizes
+            .iter()
+            .map(|&s| self.env.new_index_var(prefix, s))
+            .collect()
+    }
+
+    /// Computes `t` into a new contiguous buffer (unless it already is one).
+    pub fn realize(&mut self, t: LTensor, origin: &str) -> LTensor {
+        if t.buffer.is_some() {
+            return t;
+        }
+        let vars = self.index_vars("x", &t.sizes);
+        let mut body = BodyBuilder::default();
+        let v = (t.loader)(
+            &mut Ctx {
+                env: &mut self.env,
+                body: &mut body,
+            },
+            &vars,
+        );
+        let v = body.cast(v, t.dtype);
+        let loops = Loops {
+            ranges: t.sizes.clone(),
+            vars,
+            reduction: None,
+        };
+        self.add_computed(t.dtype, &t.sizes, loops, body.finish(v), origin)
+    }
+
+    /// Reduces `t` over `dims` (normalized, sorted) with `kind`; `acc` is the accumulation dtype
+    /// and the dtype of the result.
+    pub fn reduction(
+        &mut self,
+        t: &LTensor,
+        dims: &[usize],
+        keepdim: bool,
+        kind: ReductionKind,
+        acc: DType,
+        origin: &str,
+    ) -> LTensor {
+        let rank = t.sizes.len();
+        let mut out_sizes = Vec::new();
+        for (k, &s) in t.sizes.iter().enumerate() {
+            if !dims.contains(&k) {
+                out_sizes.push(s);
+            } else if keepdim {
+                out_sizes.push(self.env.pool_mut().one());
+            }
+        }
+        let vars = self.index_vars("x", &out_sizes);
+        let rsizes: Vec<Expr> = dims.iter().map(|&d| t.sizes[d]).collect();
+        let rvars = self.index_vars("r", &rsizes);
+        let mut idx = Vec::with_capacity(rank);
+        let (mut vi, mut ri) = (0, 0);
+        for k in 0..rank {
+            if dims.contains(&k) {
+                idx.push(rvars[ri]);
+                ri += 1;
+                if keepdim {
+                    vi += 1;
+                }
+            } else {
+                idx.push(vars[vi]);
+                vi += 1;
+            }
+        }
+        let mut body = BodyBuilder::default();
+        let v = (t.loader)(
+            &mut Ctx {
+                env: &mut self.env,
+                body: &mut body,
+            },
+            &idx,
+        );
+        let v = body.cast(v, compute_dtype(acc));
+        let loops = Loops {
+            ranges: out_sizes.clone(),
+            vars,
+            reduction: Some((kind, rsizes, rvars)),
+        };
+        self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
+    }
+
+    fn add_computed(
+        &mut self,
+        dtype: DType,
+        sizes: &[Expr],
+        loops: Loops,
+        body: Body,
+        origin: &str,
+    ) -> LTensor {
+        let layout = Layout::contiguous(&mut self.env, sizes);
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(Buffer {
+            name: format!("buf{}", id.0),
+            dtype,
+            layout: layout.clone(),
+            kind: BufferKind::Computed { loops, body },
+            origins: vec![origin.to_string()],
+        });
+        buffer_tensor(id, dtype, layout)
+    }
+}
+
+/// A tensor read from a buffer through its layout.
+fn buffer_tensor(id: BufferId, dtype: DType, layout: Layout) -> LTensor {
+    let sizes = layout.sizes.clone();
+    let loader: Loader = Rc::new(move |ctx: &mut Ctx, idx: &[Expr]| {
+        let at = layout.index(ctx.env, idx);
+        let v = ctx.body.load(id, at, dtype);
+        ctx.body.cast(v, compute_dtype(dtype))
+    });
+    LTensor {
+        dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: Some(id),
+    }
+}
+
+pub(crate) enum NodeError {
+    Unsupported,
+    Message(String),
+}
+
+impl From<String> for NodeError {
+    fn from(m: String) -> Self {
+        NodeError::Message(m)
+    }
+}

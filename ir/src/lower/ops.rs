@@ -1,0 +1,705 @@
+//! Lowering of each ATen overload, by name.
+
+use std::rc::Rc;
+
+use super::promote::{compute_dtype, result_type};
+use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::graph::{Arg, DType, GraphNode, Scalar};
+use crate::loop_ir::{BinaryOp, Constant, Op, ReductionKind, UnaryOp, ValueId};
+use crate::sym::Expr;
+
+type R<T> = Result<T, NodeError>;
+
+fn msg<T>(m: impl Into<String>) -> R<T> {
+    Err(NodeError::Message(m.into()))
+}
+
+pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let op = n.op.strip_prefix("aten.").unwrap_or(&n.op);
+    let (name, overload) = op.rsplit_once('.').unwrap_or((op, "default"));
+    let one = |t: LTensor| Ok(vec![t]);
+    match name {
+        "neg" | "abs" | "relu" => {
+            let x = tensor(l, n, "self")?;
+            let u = match name {
+                "neg" => UnaryOp::Neg,
+                "abs" => UnaryOp::Abs,
+                _ => UnaryOp::Relu,
+            };
+            let dtype = x.dtype;
+            one(map(l, &[x], dtype, dtype, move |c, v| {
+                c.body.unary(u, v[0])
+            })?)
+        }
+        "exp" | "log" | "log1p" | "sqrt" | "rsqrt" | "sin" | "cos" | "tanh" | "sigmoid" | "erf"
+        | "reciprocal" => {
+            let x = tensor(l, n, "self")?;
+            let u = match name {
+                "exp" => UnaryOp::Exp,
+                "log" => UnaryOp::Log,
+                "log1p" => UnaryOp::Log1p,
+                "sqrt" => UnaryOp::Sqrt,
+                "rsqrt" => UnaryOp::Rsqrt,
+                "sin" => UnaryOp::Sin,
+                "cos" => UnaryOp::Cos,
+                "tanh" => UnaryOp::Tanh,
+                "sigmoid" => UnaryOp::Sigmoid,
+                "erf" => UnaryOp::Erf,
+                _ => UnaryOp::Reciprocal,
+            };
+            let dtype = float_of(x.dtype);
+            one(map(l, &[x], dtype, dtype, move |c, v| {
+                c.body.unary(u, v[0])
+            })?)
+        }
+        "silu" => {
+            let x = tensor(l, n, "self")?;
+            let dtype = float_of(x.dtype);
+            one(map(l, &[x], dtype, dtype, |c, v| {
+                let s = c.body.unary(UnaryOp::Sigmoid, v[0]);
+                c.body.binary(BinaryOp::Mul, v[0], s)
+            })?)
+        }
+        "gelu" => {
+            let x = tensor(l, n, "self")?;
+            let tanh = match n.arg("approximate") {
+                Some(Arg::Str(s)) if s == "tanh" => true,
+                Some(Arg::Str(s)) if s == "none" => false,
+                other => {
+                    return msg(format!(
+                        "approximate must be 'none' or 'tanh', found {other:?}"
+                    ))
+                }
+            };
+            let dtype = float_of(x.dtype);
+            one(map(l, &[x], dtype, dtype, move |c, v| gelu(c, v[0], tanh))?)
+        }
+        "logical_not" => {
+            let x = tensor(l, n, "self")?;
+            let dtype = x.dtype;
+            one(map(l, &[x], dtype, DType::Bool, |c, v| {
+                c.body.unary(UnaryOp::LogicalNot, v[0])
+            })?)
+        }
+        "add" | "sub" | "rsub" => {
+            let (mut a, mut b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            if name == "rsub" {
+                std::mem::swap(&mut a, &mut b);
+            }
+            let alpha = scalar_arg(n, "alpha")?;
+            let t = result_type(&[&a, &b])?;
+            let bin = if name == "add" {
+                BinaryOp::Add
+            } else {
+                BinaryOp::Sub
+            };
+            let cd = compute_dtype(t);
+            one(map(l, &[a, b], t, t, move |c, v| {
+                let other = match alpha {
+                    Scalar::Int(e) if c.env.pool().as_const(e) == Some(1) => v[1],
+                    Scalar::Float(1.0) => v[1],
+                    s => {
+                        let k = scalar_value(c, s, cd);
+                        c.body.binary(BinaryOp::Mul, v[1], k)
+                    }
+                };
+                c.body.binary(bin, v[0], other)
+            })?)
+        }
+        "mul" | "maximum" | "minimum" | "bitwise_and" | "bitwise_or" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            let t = result_type(&[&a, &b])?;
+            let bin = match name {
+                "mul" => BinaryOp::Mul,
+                "maximum" => BinaryOp::Max,
+                "minimum" => BinaryOp::Min,
+                "bitwise_and" => BinaryOp::BitAnd,
+                _ => BinaryOp::BitOr,
+            };
+            if matches!(bin, BinaryOp::BitAnd | BinaryOp::BitOr) && t.is_float() {
+                return msg("bitwise ops need integer or bool tensors");
+            }
+            one(map(l, &[a, b], t, t, move |c, v| {
+                c.body.binary(bin, v[0], v[1])
+            })?)
+        }
+        "div" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            let t = result_type(&[&a, &b])?;
+            let mode = match n.arg("rounding_mode") {
+                None | Some(Arg::None) => None,
+                Some(Arg::Str(s)) if s == "floor" || s == "trunc" => Some(s.clone()),
+                other => {
+                    return msg(format!(
+                        "rounding_mode must be null, 'floor' or 'trunc', found {other:?}"
+                    ))
+                }
+            };
+            let (t, bin) = match mode.as_deref() {
+                None => (float_of(t), BinaryOp::Div),
+                Some("floor") => (t, BinaryOp::FloorDiv),
+                _ => (t, BinaryOp::TruncDiv),
+            };
+            one(map(l, &[a, b], t, t, move |c, v| {
+                c.body.binary(bin, v[0], v[1])
+            })?)
+        }
+        "pow" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "exponent")?);
+            let t = result_type(&[&a, &b])?;
+            one(map(l, &[a, b], t, t, |c, v| {
+                c.body.binary(BinaryOp::Pow, v[0], v[1])
+            })?)
+        }
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            let t = if name.starts_with("logical") {
+                DType::Bool
+            } else {
+                result_type(&[&a, &b])?
+            };
+            let bin = match name {
+                "eq" => BinaryOp::Eq,
+                "ne" => BinaryOp::Ne,
+                "lt" => BinaryOp::Lt,
+                "le" => BinaryOp::Le,
+                "gt" => BinaryOp::Gt,
+                "ge" => BinaryOp::Ge,
+                "logical_and" => BinaryOp::LogicalAnd,
+                _ => BinaryOp::LogicalOr,
+            };
+            one(map(l, &[a, b], t, DType::Bool, move |c, v| {
+                c.body.binary(bin, v[0], v[1])
+            })?)
+        }
+        "where" => {
+            let cond = tensor(l, n, "condition")?;
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            one(select(l, cond, a, b)?)
+        }
+        "masked_fill" => {
+            let x = tensor(l, n, "self")?;
+            let mask = tensor(l, n, "mask")?;
+            let mut value = tensor(l, n, "value")?;
+            // The fill value takes the tensor's dtype.
+            value.wrapped = true;
+            value.dtype = x.dtype;
+            one(select(l, mask, value, x)?)
+        }
+        "clamp" | "clamp_min" | "clamp_max" => {
+            let x = tensor(l, n, "self")?;
+            let mut out = x;
+            for (arg, bin) in [("min", BinaryOp::Max), ("max", BinaryOp::Min)] {
+                let bound = match n.arg(arg) {
+                    None | Some(Arg::None) => continue,
+                    Some(_) => tensor(l, n, arg)?,
+                };
+                let t = result_type(&[&out, &bound])?;
+                out = map(l, &[out, bound], t, t, move |c, v| {
+                    c.body.binary(bin, v[0], v[1])
+                })?;
+            }
+            one(out)
+        }
+        "_to_copy" => {
+            let x = tensor(l, n, "self")?;
+            let dtype = match n.arg("dtype") {
+                Some(Arg::DType(d)) => *d,
+                _ => x.dtype,
+            };
+            let from = x.dtype;
+            one(map(l, &[x], from, dtype, |_, v| v[0])?)
+        }
+        "clone" | "alias" => one(tensor(l, n, "self")?),
+        "sum" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
+        "_softmax" | "_log_softmax" => {
+            let x = tensor(l, n, "self")?;
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            one(softmax(l, n, x, dim, name == "_log_softmax")?)
+        }
+        "view" | "reshape" | "_unsafe_view" => {
+            let x = tensor(l, n, "self")?;
+            let sizes = ints(n, if name == "reshape" { "shape" } else { "size" })?;
+            one(super::views::view(l, x, &sizes)?)
+        }
+        "permute" => {
+            let x = tensor(l, n, "self")?;
+            let dims = const_ints(l, n, "dims")?;
+            one(super::views::permute(x, &dims)?)
+        }
+        "transpose" | "t" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let (d0, d1) = if name == "t" {
+                if rank > 2 {
+                    return msg(format!(
+                        "t() expects a tensor of at most 2 dimensions, found {rank}"
+                    ));
+                }
+                (0, rank.saturating_sub(1))
+            } else {
+                (dim_arg(l, n, "dim0", rank)?, dim_arg(l, n, "dim1", rank)?)
+            };
+            let mut perm: Vec<i64> = (0..rank as i64).collect();
+            perm.swap(d0, d1);
+            one(super::views::permute(x, &perm)?)
+        }
+        "unsqueeze" => {
+            let x = tensor(l, n, "self")?;
+            let dim = dim_arg(l, n, "dim", x.sizes.len() + 1)?;
+            one(super::views::unsqueeze(l, x, dim))
+        }
+        "squeeze" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let dims: Vec<usize> = match overload {
+                "dim" => vec![dim_arg(l, n, "dim", rank)?],
+                "dims" => const_ints(l, n, "dim")?
+                    .into_iter()
+                    .map(|d| wrap_dim(d, rank))
+                    .collect::<Result<_, _>>()?,
+                _ => (0..rank).collect(),
+            };
+            one(super::views::squeeze(l, x, &dims)?)
+        }
+        "expand" => {
+            let x = tensor(l, n, "self")?;
+            let sizes = ints(n, "size")?;
+            one(super::views::expand(l, x, &sizes)?)
+        }
+        "slice" => {
+            let x = tensor(l, n, "self")?;
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            let start = opt_int(n, "start")?;
+            let end = opt_int(n, "end")?;
+            let step = int(n, "step")?;
+            one(super::views::slice(l, x, dim, start, end, step)?)
+        }
+        "select" => {
+            let x = tensor(l, n, "self")?;
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            let index = int(n, "index")?;
+            one(super::views::select(l, x, dim, index)?)
+        }
+        "full" | "full_like" | "scalar_tensor" => {
+            let (sizes, like) = match name {
+                "full" => (ints(n, "size")?, None),
+                "full_like" => {
+                    let x = tensor(l, n, "self")?;
+                    (x.sizes.clone(), Some(x.dtype))
+                }
+                _ => (Vec::new(), None),
+            };
+            let value = scalar_arg(
+                n,
+                if name == "scalar_tensor" {
+                    "s"
+                } else {
+                    "fill_value"
+                },
+            )?;
+            let dtype = match n.arg("dtype") {
+                Some(Arg::DType(d)) => *d,
+                _ => like.unwrap_or(match value {
+                    Scalar::Float(_) => DType::F32,
+                    Scalar::Int(_) => DType::I64,
+                    Scalar::Bool(_) => DType::Bool,
+                }),
+            };
+            let cd = compute_dtype(dtype);
+            let loader: Loader =
+                Rc::new(move |c: &mut Ctx, _idx: &[Expr]| scalar_value(c, value, cd));
+            one(LTensor {
+                dtype,
+                sizes,
+                loader,
+                wrapped: false,
+                buffer: None,
+            })
+        }
+        "arange" => one(arange(l, n, overload)?),
+        "_assert_scalar" => {
+            if let Some(Arg::SymBool(c)) = n.arg("self") {
+                l.env
+                    .check(*c)
+                    .map_err(|e| NodeError::Message(e.to_string()))?;
+            }
+            Ok(Vec::new())
+        }
+        "sym_constrain_range_for_size" | "_assert_tensor_metadata" => Ok(Vec::new()),
+        _ => Err(NodeError::Unsupported),
+    }
+}
+
+fn float_of(d: DType) -> DType {
+    if d.is_float() {
+        d
+    } else {
+        DType::F32
+    }
+}
+
+/// The tensor argument `name`: a tensor, or a number standing for one.
+fn tensor(l: &Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
+    match n.arg(name) {
+        Some(Arg::Tensor(r)) => Ok(l.tensor(r)?),
+        Some(Arg::Number(s)) | Some(Arg::Scalar(s)) => Ok(number(*s)),
+        other => msg(format!(
+            "argument '{name}': expected a tensor, found {other:?}"
+        )),
+    }
+}
+
+/// A Python number as a zero-dimensional wrapped tensor.
+fn number(s: Scalar) -> LTensor {
+    let dtype = match s {
+        Scalar::Float(_) => DType::F64,
+        Scalar::Int(_) => DType::I64,
+        Scalar::Bool(_) => DType::Bool,
+    };
+    let loader: Loader = Rc::new(move |c: &mut Ctx, _idx: &[Expr]| scalar_value(c, s, dtype));
+    LTensor {
+        dtype,
+        sizes: Vec::new(),
+        loader,
+        wrapped: true,
+        buffer: None,
+    }
+}
+
+/// Emits a scalar as a value of dtype `d`.
+fn scalar_value(c: &mut Ctx, s: Scalar, d: DType) -> ValueId {
+    let v = match s {
+        Scalar::Float(f) => c.body.constant(Constant::float(f), DType::F64),
+        Scalar::Bool(b) => c.body.constant(Constant::Int(i64::from(b)), DType::Bool),
+        Scalar::Int(e) => match c.env.pool().as_const(e) {
+            Some(k) => c.body.constant(Constant::Int(k), DType::I64),
+            None => c.body.push(Op::Index(e), DType::I64),
+        },
+    };
+    c.body.cast(v, d)
+}
+
+fn scalar_arg(n: &GraphNode, name: &str) -> R<Scalar> {
+    match n.arg(name) {
+        Some(Arg::Scalar(s)) | Some(Arg::Number(s)) => Ok(*s),
+        other => msg(format!(
+            "argument '{name}': expected a number, found {other:?}"
+        )),
+    }
+}
+
+fn int(n: &GraphNode, name: &str) -> R<Expr> {
+    match n.arg(name) {
+        Some(Arg::Int(e)) => Ok(*e),
+        other => msg(format!(
+            "argument '{name}': expected an integer, found {other:?}"
+        )),
+    }
+}
+
+fn opt_int(n: &GraphNode, name: &str) -> R<Option<Expr>> {
+    match n.arg(name) {
+        Some(Arg::None) | None => Ok(None),
+        Some(Arg::Int(e)) => Ok(Some(*e)),
+        other => msg(format!(
+            "argument '{name}': expected an integer or null, found {other:?}"
+        )),
+    }
+}
+
+fn ints(n: &GraphNode, name: &str) -> R<Vec<Expr>> {
+    match n.arg(name) {
+        Some(Arg::Ints(v)) => Ok(v.clone()),
+        other => msg(format!(
+            "argument '{name}': expected a list of integers, found {other:?}"
+        )),
+    }
+}
+
+/// Dimension lists are static: every entry must be a constant.
+fn const_ints(l: &Lowerer, n: &GraphNode, name: &str) -> R<Vec<i64>> {
+    ints(n, name)?
+        .into_iter()
+        .map(|e| {
+            l.env.pool().as_const(e).ok_or_else(|| {
+                NodeError::Message(format!(
+                    "argument '{name}': dimensions must be constants, found '{}'",
+                    l.env.text(e)
+                ))
+            })
+        })
+        .collect()
+}
+
+pub(super) fn wrap_dim(d: i64, rank: usize) -> Result<usize, NodeError> {
+    let r = rank.max(1) as i64;
+    let w = if d < 0 { d + r } else { d };
+    if (0..r).contains(&w) {
+        Ok(w as usize)
+    } else {
+        msg(format!(
+            "dimension {d} is out of range for a tensor of {rank} dimensions"
+        ))
+    }
+}
+
+fn dim_arg(l: &Lowerer, n: &GraphNode, name: &str, rank: usize) -> R<usize> {
+    let e = int(n, name)?;
+    match l.env.pool().as_const(e) {
+        Some(d) => wrap_dim(d, rank),
+        None => msg(format!(
+            "argument '{name}': a dimension must be a constant, found '{}'",
+            l.env.text(e)
+        )),
+    }
+}
+
+/// Broadcasts operands to one shape (guard-free) and applies `f` elementwise. Operands are cast to
+/// the compute dtype of `operand_dtype` before `f`; the result has dtype `out`.
+pub(super) fn map(
+    l: &mut Lowerer,
+    operands: &[LTensor],
+    operand_dtype: DType,
+    out: DType,
+    f: impl Fn(&mut Ctx, &[ValueId]) -> ValueId + 'static,
+) -> R<LTensor> {
+    let (sizes, expanded) = super::views::broadcast(l, operands)?;
+    let cd = compute_dtype(operand_dtype);
+    let out_cd = compute_dtype(out);
+    let loaders: Vec<Loader> = expanded.into_iter().map(|t| t.loader).collect();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let vals: Vec<ValueId> = loaders
+            .iter()
+            .map(|ld| {
+                let v = ld(c, idx);
+                c.body.cast(v, cd)
+            })
+            .collect();
+        let r = f(c, &vals);
+        c.body.cast(r, out_cd)
+    });
+    Ok(LTensor {
+        dtype: out,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
+
+fn select(l: &mut Lowerer, cond: LTensor, a: LTensor, b: LTensor) -> R<LTensor> {
+    let t = result_type(&[&a, &b])?;
+    let (sizes, ex) = super::views::broadcast(l, &[cond, a, b])?;
+    let cd = compute_dtype(t);
+    let (lc, la, lb) = (
+        ex[0].loader.clone(),
+        ex[1].loader.clone(),
+        ex[2].loader.clone(),
+    );
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let cv = lc(c, idx);
+        let cv = c.body.cast(cv, DType::Bool);
+        let av = la(c, idx);
+        let av = c.body.cast(av, cd);
+        let bv = lb(c, idx);
+        let bv = c.body.cast(bv, cd);
+        c.body.where_(cv, av, bv)
+    });
+    Ok(LTensor {
+        dtype: t,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
+
+fn gelu(c: &mut Ctx, x: ValueId, tanh: bool) -> ValueId {
+    let d = c.body.dtype(x);
+    let k = |c: &mut Ctx, v: f64| c.body.constant(Constant::float(v), d);
+    let half = k(c, 0.5);
+    let one = k(c, 1.0);
+    let inner = if tanh {
+        // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+        let x3 = c.body.binary(BinaryOp::Mul, x, x);
+        let x3 = c.body.binary(BinaryOp::Mul, x3, x);
+        let a = k(c, 0.044715);
+        let ax3 = c.body.binary(BinaryOp::Mul, a, x3);
+        let s = c.body.binary(BinaryOp::Add, x, ax3);
+        let b = k(c, (2.0 / std::f64::consts::PI).sqrt());
+        let t = c.body.binary(BinaryOp::Mul, b, s);
+        c.body.unary(UnaryOp::Tanh, t)
+    } else {
+        // 0.5·x·(1 + erf(x/√2))
+        let r = k(c, std::f64::consts::FRAC_1_SQRT_2);
+        let t = c.body.binary(BinaryOp::Mul, x, r);
+        c.body.unary(UnaryOp::Erf, t)
+    };
+    let s = c.body.binary(BinaryOp::Add, one, inner);
+    let hx = c.body.binary(BinaryOp::Mul, half, x);
+    c.body.binary(BinaryOp::Mul, hx, s)
+}
+
+/// The reduced dimensions: `dim` (None or [] means all), normalized, sorted, distinct.
+fn reduce_dims(l: &Lowerer, n: &GraphNode, rank: usize) -> R<Vec<usize>> {
+    let dims: Vec<i64> = match n.arg("dim") {
+        None | Some(Arg::None) => Vec::new(),
+        Some(Arg::Int(_)) => vec![l
+            .env
+            .pool()
+            .as_const(int(n, "dim")?)
+            .ok_or_else(|| NodeError::Message("a dimension must be a constant".into()))?],
+        Some(Arg::Ints(_)) => const_ints(l, n, "dim")?,
+        other => {
+            return msg(format!(
+                "argument 'dim': expected dimensions, found {other:?}"
+            ))
+        }
+    };
+    if dims.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    let mut out: Vec<usize> = dims
+        .iter()
+        .map(|&d| wrap_dim(d, rank))
+        .collect::<Result<_, _>>()?;
+    out.sort_unstable();
+    if out.windows(2).any(|w| w[0] == w[1]) {
+        return msg("a dimension appears twice in 'dim'");
+    }
+    // A zero-dimensional tensor reduces over nothing.
+    out.retain(|&d| d < rank);
+    Ok(out)
+}
+
+fn reduce(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    let rank = x.sizes.len();
+    let dims = reduce_dims(l, n, rank)?;
+    let keepdim = matches!(n.arg("keepdim"), Some(Arg::Bool(true)));
+    let stated = match n.arg("dtype") {
+        Some(Arg::DType(d)) => Some(*d),
+        _ => None,
+    };
+    let (kind, acc) = match name {
+        "sum" => (
+            ReductionKind::Sum,
+            stated.unwrap_or(if x.dtype.is_float() {
+                x.dtype
+            } else {
+                DType::I64
+            }),
+        ),
+        "mean" => {
+            let d = stated.unwrap_or(x.dtype);
+            if !d.is_float() {
+                return msg(format!("mean needs a floating dtype, found {d}"));
+            }
+            (ReductionKind::Sum, d)
+        }
+        "amax" => (ReductionKind::Max, x.dtype),
+        "amin" => (ReductionKind::Min, x.dtype),
+        _ => (ReductionKind::Any, DType::Bool),
+    };
+    let src = if kind == ReductionKind::Any {
+        let d = x.dtype;
+        map(l, &[x], d, DType::Bool, |c, v| {
+            let z = c.body.constant(Constant::Int(0), c.body.dtype(v[0]));
+            let z = c.body.cast(z, c.body.dtype(v[0]));
+            c.body.binary(BinaryOp::Ne, v[0], z)
+        })?
+    } else {
+        x
+    };
+    let sizes: Vec<Expr> = dims.iter().map(|&d| src.sizes[d]).collect();
+    let r = l.reduction(&src, &dims, keepdim, kind, acc, &n.name);
+    if name != "mean" {
+        return Ok(r);
+    }
+    // mean = sum / number of reduced elements (0/0 = NaN for an empty reduction, as in ATen).
+    let count = sizes.iter().fold(l.env.pool_mut().one(), |acc, &s| {
+        l.env.pool_mut().mul(acc, s)
+    });
+    let count = number(Scalar::Int(count));
+    map(l, &[r, count], acc, acc, |c, v| {
+        c.body.binary(BinaryOp::Div, v[0], v[1])
+    })
+}
+
+fn softmax(l: &mut Lowerer, n: &GraphNode, x: LTensor, dim: usize, log: bool) -> R<LTensor> {
+    let dtype = x.dtype;
+    if !dtype.is_float() {
+        return msg(format!("softmax needs a floating dtype, found {dtype}"));
+    }
+    let cd = compute_dtype(dtype);
+    let max = l.reduction(&x, &[dim], true, ReductionKind::Max, cd, &n.name);
+    let shifted = map(l, &[x, max], cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Sub, v[0], v[1])
+    })?;
+    let e = map(l, std::slice::from_ref(&shifted), cd, cd, |c, v| {
+        c.body.unary(UnaryOp::Exp, v[0])
+    })?;
+    let sum = l.reduction(&e, &[dim], true, ReductionKind::Sum, cd, &n.name);
+    if log {
+        map(l, &[shifted, sum], cd, dtype, |c, v| {
+            let lg = c.body.unary(UnaryOp::Log, v[1]);
+            c.body.binary(BinaryOp::Sub, v[0], lg)
+        })
+    } else {
+        map(l, &[e, sum], cd, dtype, |c, v| {
+            c.body.binary(BinaryOp::Div, v[0], v[1])
+        })
+    }
+}
+
+fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {
+    let get = |name: &str| scalar_arg(n, name);
+    let (start, end, step) = match overload {
+        "default" => (
+            Scalar::Int(l.env.pool_mut().zero()),
+            get("end")?,
+            Scalar::Int(l.env.pool_mut().one()),
+        ),
+        "start" => (
+            get("start")?,
+            get("end")?,
+            Scalar::Int(l.env.pool_mut().one()),
+        ),
+        _ => (get("start")?, get("end")?, get("step")?),
+    };
+    let (Scalar::Int(s), Scalar::Int(e), Scalar::Int(st)) = (start, end, step) else {
+        return Err(NodeError::Unsupported);
+    };
+    let step_c = match l.env.pool().as_const(st) {
+        Some(k) if k > 0 => k,
+        _ => return msg("arange: the step must be a positive constant"),
+    };
+    // Length ceil((end - start) / step), never negative.
+    let p = l.env.pool_mut();
+    let diff = p.sub(e, s);
+    let stepc = p.constant(step_c);
+    let len = p.ceildiv(diff, stepc);
+    let zero = p.zero();
+    let len = p.max(zero, len);
+    let len = l.env.simplify(len);
+    let dtype = match n.arg("dtype") {
+        Some(Arg::DType(d)) => *d,
+        _ => DType::I64,
+    };
+    let cd = compute_dtype(dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let p = c.env.pool_mut();
+        let scaled = p.scale(idx[0], step_c);
+        let at = p.add(s, scaled);
+        let v = c.body.push(Op::Index(at), DType::I64);
+        c.body.cast(v, cd)
+    });
+    Ok(LTensor {
+        dtype,
+        sizes: vec![len],
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}

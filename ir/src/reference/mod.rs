@@ -1,0 +1,68 @@
+//! The reference executor: each ATen op implemented directly and plainly on host tensors, the
+//! oracle the lowering is checked against. It shares no indexing or lowering code with `lower` (not
+//! even type promotion), so a differential test does not check code against itself. f16/bf16 are
+//! computed in f32 and rounded at every op's output, as ATen does.
+
+mod bind;
+mod ops;
+
+use thiserror::Error;
+
+use crate::graph::{Graph, Producer, TensorRef};
+use crate::sym::Bindings;
+use crate::tensor::HostTensor;
+
+pub use bind::bind_inputs;
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum RefError {
+    #[error("node '{node}' ({op}): {message}")]
+    Node {
+        node: String,
+        op: String,
+        message: String,
+    },
+    #[error("node '{node}' ({op}) has no reference implementation yet")]
+    Unsupported { node: String, op: String },
+    #[error("input '{input}': {message}")]
+    Input { input: String, message: String },
+    #[error("{0}")]
+    Symbols(String),
+}
+
+/// Runs `graph` on `inputs`; `bindings` holds every symbol's value (see [`bind_inputs`]).
+pub fn run(
+    graph: &Graph,
+    inputs: &[HostTensor],
+    bindings: &Bindings,
+) -> Result<Vec<HostTensor>, RefError> {
+    let mut values: Vec<Vec<HostTensor>> = Vec::with_capacity(graph.nodes.len());
+    for node in &graph.nodes {
+        let get = |r: &TensorRef| -> HostTensor {
+            match r.producer {
+                Producer::Input(i) => inputs[i].clone(),
+                Producer::Node(n) => values[n][r.index.unwrap_or(0)].clone(),
+            }
+        };
+        let outs = ops::run_node(graph, node, &get, bindings).map_err(|e| match e {
+            None => RefError::Unsupported {
+                node: node.name.clone(),
+                op: node.op.clone(),
+            },
+            Some(message) => RefError::Node {
+                node: node.name.clone(),
+                op: node.op.clone(),
+                message,
+            },
+        })?;
+        values.push(outs);
+    }
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|o| match o.tensor.producer {
+            Producer::Input(i) => inputs[i].clone(),
+            Producer::Node(n) => values[n][o.tensor.index.unwrap_or(0)].clone(),
+        })
+        .collect())
+}

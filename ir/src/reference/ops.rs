@@ -1,0 +1,1018 @@
+//! The reference ops. Plain loops over contiguous host tensors; every op rounds its output to its
+//! dtype. `Err(None)`: no reference implementation; `Err(Some(message))`: the op fails, as ATen would.
+
+use crate::graph::{Arg, DType, Graph, GraphNode, Scalar, TensorRef};
+use crate::sym::{Bindings, Expr};
+use crate::tensor::{round_to, wrap_to, Data, HostTensor};
+
+type R<T> = Result<T, Option<String>>;
+
+fn fail<T>(m: impl Into<String>) -> R<T> {
+    Err(Some(m.into()))
+}
+
+/// A value in computation: floats as f64, the rest as i64.
+#[derive(Copy, Clone)]
+enum E {
+    F(f64),
+    I(i64),
+}
+
+impl E {
+    fn f(self) -> f64 {
+        match self {
+            E::F(x) => x,
+            E::I(x) => x as f64,
+        }
+    }
+    fn i(self) -> i64 {
+        match self {
+            E::F(x) => x as i64,
+            E::I(x) => x,
+        }
+    }
+}
+
+fn elem(t: &HostTensor, i: usize) -> E {
+    match &t.data {
+        Data::Float(v) => E::F(v[i]),
+        Data::Int(v) => E::I(v[i]),
+    }
+}
+
+fn build(dtype: DType, shape: Vec<usize>, vals: Vec<E>) -> HostTensor {
+    let data = if dtype.is_float() {
+        Data::Float(vals.into_iter().map(|v| round_to(dtype, v.f())).collect())
+    } else {
+        Data::Int(vals.into_iter().map(|v| wrap_to(dtype, v.i())).collect())
+    };
+    HostTensor { dtype, shape, data }
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * shape[k + 1];
+    }
+    s
+}
+
+/// The multi-index of flat position `i` in `shape`.
+fn unflatten(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for k in (0..shape.len()).rev() {
+        if shape[k] > 0 {
+            idx[k] = i % shape[k];
+            i /= shape[k];
+        }
+    }
+    idx
+}
+
+fn flat(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(a, b)| a * b).sum()
+}
+
+// ---- type promotion (ATen's rules, written independently of the lowering's) ----
+
+fn kind(d: DType) -> u8 {
+    if d == DType::Bool {
+        0
+    } else if d.is_float() {
+        2
+    } else {
+        1
+    }
+}
+
+fn promote2(a: DType, b: DType) -> R<DType> {
+    use DType::*;
+    if a == b {
+        return Ok(a);
+    }
+    if kind(a) != kind(b) {
+        return Ok(if kind(a) > kind(b) { a } else { b });
+    }
+    let rank = |d: DType| match d {
+        F16 | BF16 => 1,
+        F32 => 2,
+        F64 => 3,
+        U8 | I8 => 1,
+        I32 => 2,
+        I64 => 3,
+        Bool => 0,
+    };
+    if (a == F16 && b == BF16) || (a == BF16 && b == F16) {
+        return Ok(F32);
+    }
+    if (a == U8 && b == I8) || (a == I8 && b == U8) {
+        return fail("u8 with i8 needs i16");
+    }
+    Ok(if rank(a) >= rank(b) { a } else { b })
+}
+
+/// An operand: a tensor, or a Python number (`None` dtype marks a number's category via `E`).
+enum Operand {
+    Tensor(HostTensor),
+    Number(E, DType),
+}
+
+fn result_type(ops: &[&Operand]) -> R<DType> {
+    let (mut tensors, mut zeros, mut numbers): (Option<DType>, Option<DType>, Option<DType>) =
+        (None, None, None);
+    for o in ops {
+        let (slot, d) = match o {
+            Operand::Tensor(t) if t.shape.is_empty() => (&mut zeros, t.dtype),
+            Operand::Tensor(t) => (&mut tensors, t.dtype),
+            Operand::Number(_, d) => (&mut numbers, *d),
+        };
+        *slot = Some(match *slot {
+            None => d,
+            Some(x) => promote2(x, d)?,
+        });
+    }
+    let mut r = tensors;
+    if let Some(z) = zeros {
+        if r.is_none_or(|r| kind(z) > kind(r)) {
+            r = Some(z);
+        }
+    }
+    if let Some(n) = numbers {
+        if r.is_none_or(|r| kind(n) > kind(r)) {
+            r = Some(match kind(n) {
+                2 => DType::F32,
+                1 => DType::I64,
+                _ => DType::Bool,
+            });
+        }
+    }
+    r.ok_or_else(|| Some("no operands".into()))
+}
+
+fn shape_of(o: &Operand) -> &[usize] {
+    match o {
+        Operand::Tensor(t) => &t.shape,
+        Operand::Number(..) => &[],
+    }
+}
+
+fn broadcast_shape(ops: &[&Operand]) -> R<Vec<usize>> {
+    let rank = ops.iter().map(|o| shape_of(o).len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    let mut set = vec![false; rank];
+    for o in ops {
+        let s = shape_of(o);
+        let off = rank - s.len();
+        for (k, &n) in s.iter().enumerate() {
+            let slot = &mut out[off + k];
+            if !set[off + k] || *slot == 1 {
+                *slot = n;
+                set[off + k] = true;
+            } else if n != 1 && n != *slot {
+                return fail(format!("shapes cannot broadcast: size {n} against {slot}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Element of `o` at output index `idx` (broadcast).
+fn at(o: &Operand, idx: &[usize]) -> E {
+    match o {
+        Operand::Number(v, _) => *v,
+        Operand::Tensor(t) => {
+            let off = idx.len() - t.shape.len();
+            let st = strides(&t.shape);
+            let i: usize = t
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| if n == 1 { 0 } else { idx[off + k] * st[k] })
+                .sum();
+            elem(t, i)
+        }
+    }
+}
+
+/// Rounds an element to the computation dtype of `d` (f16/bf16 values are already f32-exact).
+fn to(d: DType, v: E) -> E {
+    if d.is_float() {
+        E::F(v.f())
+    } else {
+        E::I(wrap_to(d, v.i()))
+    }
+}
+
+fn elementwise(
+    ops: &[&Operand],
+    operand_dtype: DType,
+    out: DType,
+    f: impl Fn(&[E]) -> R<E>,
+) -> R<HostTensor> {
+    let shape = broadcast_shape(ops)?;
+    let n: usize = shape.iter().product();
+    let mut vals = Vec::with_capacity(n);
+    for i in 0..n {
+        let idx = unflatten(i, &shape);
+        let args: Vec<E> = ops.iter().map(|o| to(operand_dtype, at(o, &idx))).collect();
+        let args: Vec<E> = if operand_dtype.is_float() {
+            args.into_iter()
+                .map(|a| E::F(round_to(operand_dtype, a.f())))
+                .collect()
+        } else {
+            args
+        };
+        vals.push(f(&args)?);
+    }
+    Ok(build(out, shape, vals))
+}
+
+struct Node<'a> {
+    graph: &'a Graph,
+    node: &'a GraphNode,
+    b: &'a Bindings,
+    get: &'a dyn Fn(&TensorRef) -> HostTensor,
+}
+
+impl Node<'_> {
+    fn eval(&self, e: Expr) -> R<i64> {
+        self.graph
+            .env
+            .evaluate(e, self.b)
+            .map_err(|e| Some(e.to_string()))
+    }
+
+    fn number(&self, s: Scalar) -> R<Operand> {
+        Ok(match s {
+            Scalar::Float(f) => Operand::Number(E::F(f), DType::F64),
+            Scalar::Int(e) => Operand::Number(E::I(self.eval(e)?), DType::I64),
+            Scalar::Bool(b) => Operand::Number(E::I(i64::from(b)), DType::Bool),
+        })
+    }
+
+    fn operand(&self, name: &str) -> R<Operand> {
+        match self.node.arg(name) {
+            Some(Arg::Tensor(r)) => Ok(Operand::Tensor((self.get)(r))),
+            Some(Arg::Number(s)) | Some(Arg::Scalar(s)) => self.number(*s),
+            other => fail(format!(
+                "argument '{name}': expected a tensor, found {other:?}"
+            )),
+        }
+    }
+
+    fn tensor(&self, name: &str) -> R<HostTensor> {
+        match self.operand(name)? {
+            Operand::Tensor(t) => Ok(t),
+            Operand::Number(..) => fail(format!("argument '{name}' must be a tensor")),
+        }
+    }
+
+    fn int(&self, name: &str) -> R<i64> {
+        match self.node.arg(name) {
+            Some(Arg::Int(e)) => self.eval(*e),
+            other => fail(format!(
+                "argument '{name}': expected an integer, found {other:?}"
+            )),
+        }
+    }
+
+    fn opt_int(&self, name: &str) -> R<Option<i64>> {
+        match self.node.arg(name) {
+            Some(Arg::Int(e)) => Ok(Some(self.eval(*e)?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn ints(&self, name: &str) -> R<Vec<i64>> {
+        match self.node.arg(name) {
+            Some(Arg::Ints(v)) => v.iter().map(|&e| self.eval(e)).collect(),
+            Some(Arg::Int(e)) => Ok(vec![self.eval(*e)?]),
+            Some(Arg::None) | None => Ok(Vec::new()),
+            other => fail(format!(
+                "argument '{name}': expected integers, found {other:?}"
+            )),
+        }
+    }
+
+    fn scalar(&self, name: &str) -> R<Scalar> {
+        match self.node.arg(name) {
+            Some(Arg::Scalar(s)) | Some(Arg::Number(s)) => Ok(*s),
+            other => fail(format!(
+                "argument '{name}': expected a number, found {other:?}"
+            )),
+        }
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.node.arg(name), Some(Arg::Bool(true)))
+    }
+
+    fn dtype(&self, name: &str) -> Option<DType> {
+        match self.node.arg(name) {
+            Some(Arg::DType(d)) => Some(*d),
+            _ => None,
+        }
+    }
+}
+
+fn wrap(d: i64, rank: usize) -> R<usize> {
+    let r = rank.max(1) as i64;
+    let w = if d < 0 { d + r } else { d };
+    if (0..r).contains(&w) {
+        Ok(w as usize)
+    } else {
+        fail(format!("dimension {d} out of range for {rank} dimensions"))
+    }
+}
+
+fn float_of(d: DType) -> DType {
+    if d.is_float() {
+        d
+    } else {
+        DType::F32
+    }
+}
+
+fn unary_float(name: &str, x: f64) -> f64 {
+    match name {
+        "exp" => x.exp(),
+        "log" => x.ln(),
+        "log1p" => x.ln_1p(),
+        "sqrt" => x.sqrt(),
+        "rsqrt" => 1.0 / x.sqrt(),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "tanh" => x.tanh(),
+        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "erf" => libm::erf(x),
+        "reciprocal" => 1.0 / x,
+        "silu" => x / (1.0 + (-x).exp()),
+        _ => f64::NAN,
+    }
+}
+
+/// Gathers `t` at the index map `src(out_idx)` into a new tensor of `shape` (views materialized).
+fn gather_view(
+    t: &HostTensor,
+    shape: Vec<usize>,
+    src: impl Fn(&[usize]) -> Vec<usize>,
+) -> HostTensor {
+    let st = strides(&t.shape);
+    let n: usize = shape.iter().product();
+    let vals = (0..n)
+        .map(|i| elem(t, flat(&src(&unflatten(i, &shape)), &st)))
+        .collect();
+    build(t.dtype, shape, vals)
+}
+
+fn reduce(
+    t: &HostTensor,
+    dims: &[usize],
+    keepdim: bool,
+    out: DType,
+    init: Option<E>,
+    f: impl Fn(E, E) -> E,
+) -> R<HostTensor> {
+    let rank = t.shape.len();
+    let kept: Vec<usize> = (0..rank).filter(|k| !dims.contains(k)).collect();
+    let out_shape: Vec<usize> = (0..rank)
+        .filter_map(|k| {
+            if dims.contains(&k) {
+                keepdim.then_some(1)
+            } else {
+                Some(t.shape[k])
+            }
+        })
+        .collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&k| t.shape[k]).collect();
+    let red_shape: Vec<usize> = dims.iter().map(|&k| t.shape[k]).collect();
+    let (nk, nr): (usize, usize) = (kept_shape.iter().product(), red_shape.iter().product());
+    if nr == 0 && init.is_none() {
+        return fail("reduction over an empty dimension has no identity");
+    }
+    let st = strides(&t.shape);
+    let mut vals = Vec::with_capacity(nk);
+    for i in 0..nk {
+        let ki = unflatten(i, &kept_shape);
+        let mut acc = init;
+        for j in 0..nr {
+            let ri = unflatten(j, &red_shape);
+            let mut idx = vec![0; rank];
+            for (a, &k) in kept.iter().enumerate() {
+                idx[k] = ki[a];
+            }
+            for (a, &k) in dims.iter().enumerate() {
+                idx[k] = ri[a];
+            }
+            let v = to(out, elem(t, flat(&idx, &st)));
+            acc = Some(match acc {
+                None => v,
+                Some(a) => f(a, v),
+            });
+        }
+        vals.push(acc.expect("non-empty or with identity"));
+    }
+    Ok(build(out, out_shape, vals))
+}
+
+fn nan_max(a: E, b: E) -> E {
+    match (a, b) {
+        (E::F(x), E::F(y)) => E::F(if x.is_nan() || y.is_nan() {
+            f64::NAN
+        } else {
+            x.max(y)
+        }),
+        _ => E::I(a.i().max(b.i())),
+    }
+}
+
+fn nan_min(a: E, b: E) -> E {
+    match (a, b) {
+        (E::F(x), E::F(y)) => E::F(if x.is_nan() || y.is_nan() {
+            f64::NAN
+        } else {
+            x.min(y)
+        }),
+        _ => E::I(a.i().min(b.i())),
+    }
+}
+
+pub(super) fn run_node(
+    graph: &Graph,
+    node: &GraphNode,
+    get: &dyn Fn(&TensorRef) -> HostTensor,
+    b: &Bindings,
+) -> R<Vec<HostTensor>> {
+    let n = Node {
+        graph,
+        node,
+        b,
+        get,
+    };
+    let op = node.op.strip_prefix("aten.").unwrap_or(&node.op);
+    let (name, overload) = op.rsplit_once('.').unwrap_or((op, "default"));
+    let out = |t: HostTensor| Ok(vec![t]);
+    match name {
+        "neg" | "abs" | "relu" => {
+            let x = n.operand("self")?;
+            let d = result_type(&[&x])?;
+            out(elementwise(&[&x], d, d, |v| {
+                Ok(match (name, v[0]) {
+                    ("neg", E::F(a)) => E::F(-a),
+                    ("neg", E::I(a)) => E::I(a.wrapping_neg()),
+                    ("abs", E::F(a)) => E::F(a.abs()),
+                    ("abs", E::I(a)) => E::I(a.wrapping_abs()),
+                    (_, E::F(a)) => E::F(if a.is_nan() { a } else { a.max(0.0) }),
+                    (_, E::I(a)) => E::I(a.max(0)),
+                })
+            })?)
+        }
+        "exp" | "log" | "log1p" | "sqrt" | "rsqrt" | "sin" | "cos" | "tanh" | "sigmoid" | "erf"
+        | "reciprocal" | "silu" => {
+            let x = n.operand("self")?;
+            let d = float_of(result_type(&[&x])?);
+            out(elementwise(&[&x], d, d, |v| {
+                Ok(E::F(unary_float(name, v[0].f())))
+            })?)
+        }
+        "gelu" => {
+            let x = n.operand("self")?;
+            let d = float_of(result_type(&[&x])?);
+            let tanh = matches!(node.arg("approximate"), Some(Arg::Str(s)) if s == "tanh");
+            out(elementwise(&[&x], d, d, |v| {
+                let x = v[0].f();
+                Ok(E::F(if tanh {
+                    0.5 * x
+                        * (1.0
+                            + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x))
+                                .tanh())
+                } else {
+                    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+                }))
+            })?)
+        }
+        "logical_not" => {
+            let x = n.operand("self")?;
+            let d = result_type(&[&x])?;
+            out(elementwise(&[&x], d, DType::Bool, |v| {
+                Ok(E::I(i64::from(v[0].f() == 0.0)))
+            })?)
+        }
+        "add" | "sub" | "rsub" => {
+            let (mut a, mut c) = (n.operand("self")?, n.operand("other")?);
+            if name == "rsub" {
+                std::mem::swap(&mut a, &mut c);
+            }
+            let alpha = match n.number(n.scalar("alpha")?)? {
+                Operand::Number(v, _) => v,
+                Operand::Tensor(_) => unreachable!(),
+            };
+            let d = result_type(&[&a, &c])?;
+            let sign = if name == "add" { 1.0 } else { -1.0 };
+            out(elementwise(&[&a, &c], d, d, |v| {
+                Ok(if d.is_float() {
+                    E::F(v[0].f() + sign * alpha.f() * v[1].f())
+                } else {
+                    let s = v[1].i().wrapping_mul(alpha.i());
+                    E::I(if sign > 0.0 {
+                        v[0].i().wrapping_add(s)
+                    } else {
+                        v[0].i().wrapping_sub(s)
+                    })
+                })
+            })?)
+        }
+        "mul" | "maximum" | "minimum" | "bitwise_and" | "bitwise_or" | "pow" => {
+            let a = n.operand("self")?;
+            let c = n.operand(if name == "pow" { "exponent" } else { "other" })?;
+            let d = result_type(&[&a, &c])?;
+            if name.starts_with("bitwise") && d.is_float() {
+                return fail("bitwise ops need integer or bool tensors");
+            }
+            out(elementwise(&[&a, &c], d, d, |v| {
+                Ok(match (name, d.is_float()) {
+                    ("mul", true) => E::F(v[0].f() * v[1].f()),
+                    ("mul", false) => E::I(v[0].i().wrapping_mul(v[1].i())),
+                    ("maximum", _) => nan_max(v[0], v[1]),
+                    ("minimum", _) => nan_min(v[0], v[1]),
+                    ("bitwise_and", _) => E::I(v[0].i() & v[1].i()),
+                    ("bitwise_or", _) => E::I(v[0].i() | v[1].i()),
+                    (_, true) => E::F(v[0].f().powf(v[1].f())),
+                    (_, false) => E::I(if v[1].i() < 0 {
+                        0
+                    } else {
+                        v[0].i().wrapping_pow(v[1].i() as u32)
+                    }),
+                })
+            })?)
+        }
+        "div" => {
+            let (a, c) = (n.operand("self")?, n.operand("other")?);
+            let d = result_type(&[&a, &c])?;
+            let mode = match node.arg("rounding_mode") {
+                Some(Arg::Str(s)) => Some(s.clone()),
+                _ => None,
+            };
+            let outd = if mode.is_none() { float_of(d) } else { d };
+            out(elementwise(&[&a, &c], outd, outd, |v| {
+                if outd.is_float() {
+                    let q = v[0].f() / v[1].f();
+                    return Ok(E::F(match mode.as_deref() {
+                        Some("floor") => q.floor(),
+                        Some("trunc") => q.trunc(),
+                        _ => q,
+                    }));
+                }
+                let (x, y) = (v[0].i(), v[1].i());
+                if y == 0 {
+                    return fail("integer division by zero");
+                }
+                let q = x.wrapping_div(y);
+                Ok(E::I(
+                    if mode.as_deref() == Some("floor") && x % y != 0 && ((x < 0) != (y < 0)) {
+                        q - 1
+                    } else {
+                        q
+                    },
+                ))
+            })?)
+        }
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" => {
+            let (a, c) = (n.operand("self")?, n.operand("other")?);
+            let d = if name.starts_with("logical") {
+                DType::F64
+            } else {
+                result_type(&[&a, &c])?
+            };
+            out(elementwise(&[&a, &c], d, DType::Bool, |v| {
+                let (x, y) = (v[0], v[1]);
+                let r = if d.is_float() {
+                    let (x, y) = (x.f(), y.f());
+                    match name {
+                        "eq" => x == y,
+                        "ne" => x != y,
+                        "lt" => x < y,
+                        "le" => x <= y,
+                        "gt" => x > y,
+                        "ge" => x >= y,
+                        "logical_and" => x != 0.0 && y != 0.0,
+                        _ => x != 0.0 || y != 0.0,
+                    }
+                } else {
+                    let (x, y) = (x.i(), y.i());
+                    match name {
+                        "eq" => x == y,
+                        "ne" => x != y,
+                        "lt" => x < y,
+                        "le" => x <= y,
+                        "gt" => x > y,
+                        _ => x >= y,
+                    }
+                };
+                Ok(E::I(i64::from(r)))
+            })?)
+        }
+        "where" | "masked_fill" => {
+            let (cond, a, c) = if name == "where" {
+                (
+                    n.operand("condition")?,
+                    n.operand("self")?,
+                    n.operand("other")?,
+                )
+            } else {
+                let x = n.operand("self")?;
+                let value = match n.operand("value")? {
+                    Operand::Tensor(t) if t.shape.is_empty() => {
+                        Operand::Number(elem(&t, 0), DType::F64)
+                    }
+                    other => other,
+                };
+                // The fill value takes the tensor's dtype.
+                let xd = result_type(&[&x])?;
+                let value = match value {
+                    Operand::Number(v, _) => Operand::Number(v, xd),
+                    t => t,
+                };
+                (n.operand("mask")?, value, x)
+            };
+            let d = result_type(&[&a, &c])?;
+            let shape_ops = [&cond, &a, &c];
+            let shape = broadcast_shape(&shape_ops)?;
+            let total: usize = shape.iter().product();
+            let mut vals = Vec::with_capacity(total);
+            for i in 0..total {
+                let idx = unflatten(i, &shape);
+                let pick = if at(&cond, &idx).f() != 0.0 { &a } else { &c };
+                vals.push(to(d, at(pick, &idx)));
+            }
+            out(build(d, shape, vals))
+        }
+        "clamp" | "clamp_min" | "clamp_max" => {
+            let mut x = n.operand("self")?;
+            for arg in ["min", "max"] {
+                let bound = match node.arg(arg) {
+                    None | Some(Arg::None) => continue,
+                    Some(_) => n.operand(arg)?,
+                };
+                let d = result_type(&[&x, &bound])?;
+                let t = elementwise(&[&x, &bound], d, d, |v| {
+                    Ok(if arg == "min" {
+                        nan_max(v[0], v[1])
+                    } else {
+                        nan_min(v[0], v[1])
+                    })
+                })?;
+                x = Operand::Tensor(t);
+            }
+            match x {
+                Operand::Tensor(t) => out(t),
+                Operand::Number(..) => fail("clamp of a number"),
+            }
+        }
+        "_to_copy" => {
+            let x = n.tensor("self")?;
+            let d = n.dtype("dtype").unwrap_or(x.dtype);
+            let vals = (0..x.numel()).map(|i| {
+                let v = elem(&x, i);
+                if d.is_float() {
+                    E::F(v.f())
+                } else if d == DType::Bool {
+                    E::I(i64::from(v.f() != 0.0))
+                } else {
+                    // Float to integer truncates toward zero.
+                    E::I(match v {
+                        E::F(f) => f.trunc() as i64,
+                        E::I(i) => i,
+                    })
+                }
+            });
+            out(build(d, x.shape.clone(), vals.collect()))
+        }
+        "clone" | "alias" => out(n.tensor("self")?),
+        "sum" | "mean" | "amax" | "amin" | "any" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let dims = n.ints("dim")?;
+            let mut dims: Vec<usize> = if dims.is_empty() {
+                (0..rank).collect()
+            } else {
+                dims.iter().map(|&d| wrap(d, rank)).collect::<R<_>>()?
+            };
+            dims.sort_unstable();
+            dims.dedup();
+            dims.retain(|&d| d < rank);
+            let keep = n.flag("keepdim");
+            match name {
+                "sum" => {
+                    let d = n.dtype("dtype").unwrap_or(if x.dtype.is_float() {
+                        x.dtype
+                    } else {
+                        DType::I64
+                    });
+                    let init = if d.is_float() { E::F(0.0) } else { E::I(0) };
+                    out(reduce(&x, &dims, keep, d, Some(init), |a, v| {
+                        match (a, v) {
+                            (E::F(a), v) => E::F(a + v.f()),
+                            (E::I(a), v) => E::I(a.wrapping_add(v.i())),
+                        }
+                    })?)
+                }
+                "mean" => {
+                    let d = n.dtype("dtype").unwrap_or(x.dtype);
+                    if !d.is_float() {
+                        return fail(format!("mean needs a floating dtype, found {d}"));
+                    }
+                    let count: usize = dims.iter().map(|&k| x.shape[k]).product();
+                    let s = reduce(&x, &dims, keep, DType::F64, Some(E::F(0.0)), |a, v| {
+                        E::F(a.f() + v.f())
+                    })?;
+                    let vals = (0..s.numel())
+                        .map(|i| E::F(elem(&s, i).f() / count as f64))
+                        .collect();
+                    out(build(d, s.shape.clone(), vals))
+                }
+                "amax" => out(reduce(&x, &dims, keep, x.dtype, None, nan_max)?),
+                "amin" => out(reduce(&x, &dims, keep, x.dtype, None, nan_min)?),
+                _ => {
+                    let dim = wrap(n.int("dim")?, rank)?;
+                    let dims = if rank == 0 { vec![] } else { vec![dim] };
+                    out(reduce(
+                        &x,
+                        &dims,
+                        keep,
+                        DType::Bool,
+                        Some(E::I(0)),
+                        |a, v| E::I(i64::from(a.i() != 0 || v.f() != 0.0)),
+                    )?)
+                }
+            }
+        }
+        "_softmax" | "_log_softmax" => {
+            let x = n.tensor("self")?;
+            if !x.dtype.is_float() {
+                return fail("softmax needs a floating dtype");
+            }
+            let rank = x.shape.len();
+            let dim = wrap(n.int("dim")?, rank)?;
+            let dims = if rank == 0 { vec![] } else { vec![dim] };
+            let m = reduce(&x, &dims, true, DType::F64, None, nan_max)?;
+            let st = strides(&x.shape);
+            let mst = strides(&m.shape);
+            let shifted: Vec<f64> = (0..x.numel())
+                .map(|i| {
+                    let mut idx = unflatten(i, &x.shape);
+                    let v = elem(&x, flat(&idx, &st)).f();
+                    if rank > 0 {
+                        idx[dim] = 0;
+                    }
+                    v - elem(&m, flat(&idx, &mst)).f()
+                })
+                .collect();
+            let e = build(
+                DType::F64,
+                x.shape.clone(),
+                shifted.iter().map(|&v| E::F(v.exp())).collect(),
+            );
+            let s = reduce(&e, &dims, true, DType::F64, Some(E::F(0.0)), |a, v| {
+                E::F(a.f() + v.f())
+            })?;
+            let vals = (0..x.numel())
+                .map(|i| {
+                    let mut idx = unflatten(i, &x.shape);
+                    if rank > 0 {
+                        idx[dim] = 0;
+                    }
+                    let total = elem(&s, flat(&idx, &mst)).f();
+                    E::F(if name == "_log_softmax" {
+                        shifted[i] - total.ln()
+                    } else {
+                        shifted[i].exp() / total
+                    })
+                })
+                .collect();
+            out(build(x.dtype, x.shape.clone(), vals))
+        }
+        "view" | "reshape" | "_unsafe_view" => {
+            let x = n.tensor("self")?;
+            let mut sizes = n.ints(if name == "reshape" { "shape" } else { "size" })?;
+            let total = x.numel() as i64;
+            let known: i64 = sizes.iter().filter(|&&s| s != -1).product();
+            if let Some(k) = sizes.iter().position(|&s| s == -1) {
+                if known == 0 {
+                    return fail("cannot infer -1 with other sizes 0");
+                }
+                sizes[k] = total / known;
+            }
+            if sizes.iter().any(|&s| s < 0) || sizes.iter().product::<i64>() != total {
+                return fail(format!(
+                    "shape {sizes:?} is invalid for input of size {total}"
+                ));
+            }
+            let shape: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
+            out(HostTensor {
+                dtype: x.dtype,
+                shape,
+                data: x.data,
+            })
+        }
+        "permute" | "transpose" | "t" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let perm: Vec<usize> = match name {
+                "permute" => n
+                    .ints("dims")?
+                    .iter()
+                    .map(|&d| wrap(d, rank))
+                    .collect::<R<_>>()?,
+                _ => {
+                    let (a, c) = if name == "t" {
+                        (0, rank.saturating_sub(1))
+                    } else {
+                        (wrap(n.int("dim0")?, rank)?, wrap(n.int("dim1")?, rank)?)
+                    };
+                    let mut p: Vec<usize> = (0..rank).collect();
+                    p.swap(a, c);
+                    p
+                }
+            };
+            let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+            out(gather_view(&x, shape, |idx| {
+                let mut src = vec![0; rank];
+                for (k, &p) in perm.iter().enumerate() {
+                    src[p] = idx[k];
+                }
+                src
+            }))
+        }
+        "unsqueeze" => {
+            let x = n.tensor("self")?;
+            let dim = wrap(n.int("dim")?, x.shape.len() + 1)?;
+            let mut shape = x.shape.clone();
+            shape.insert(dim, 1);
+            out(HostTensor {
+                dtype: x.dtype,
+                shape,
+                data: x.data,
+            })
+        }
+        "squeeze" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let dims: Vec<usize> = match overload {
+                "dim" => vec![wrap(n.int("dim")?, rank)?],
+                "dims" => n
+                    .ints("dim")?
+                    .iter()
+                    .map(|&d| wrap(d, rank))
+                    .collect::<R<_>>()?,
+                _ => (0..rank).collect(),
+            };
+            let shape: Vec<usize> = x
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(k, &s)| !(dims.contains(k) && s == 1))
+                .map(|(_, &s)| s)
+                .collect();
+            out(HostTensor {
+                dtype: x.dtype,
+                shape,
+                data: x.data,
+            })
+        }
+        "expand" => {
+            let x = n.tensor("self")?;
+            let sizes = n.ints("size")?;
+            let off = sizes
+                .len()
+                .checked_sub(x.shape.len())
+                .ok_or_else(|| Some("expand to fewer dimensions".to_string()))?;
+            let mut shape = Vec::with_capacity(sizes.len());
+            for (k, &s) in sizes.iter().enumerate() {
+                if k < off {
+                    shape.push(s as usize);
+                    continue;
+                }
+                let own = x.shape[k - off];
+                shape.push(if s == -1 || s as usize == own {
+                    own
+                } else if own == 1 {
+                    s as usize
+                } else {
+                    return fail(format!("expand: size {own} cannot become {s}"));
+                });
+            }
+            let xs = x.shape.clone();
+            out(gather_view(&x, shape, |idx| {
+                xs.iter()
+                    .enumerate()
+                    .map(|(k, &s)| if s == 1 { 0 } else { idx[off + k] })
+                    .collect()
+            }))
+        }
+        "slice" => {
+            let x = n.tensor("self")?;
+            let dim = wrap(n.int("dim")?, x.shape.len())?;
+            let size = x.shape[dim] as i64;
+            let clampb = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size);
+            let start = clampb(n.opt_int("start")?.unwrap_or(0));
+            let end = clampb(n.opt_int("end")?.unwrap_or(size));
+            let step = n.int("step")?;
+            if step <= 0 {
+                return fail("slice step must be positive");
+            }
+            let len = if end > start {
+                (end - start + step - 1) / step
+            } else {
+                0
+            };
+            let mut shape = x.shape.clone();
+            shape[dim] = len as usize;
+            out(gather_view(&x, shape, |idx| {
+                let mut s = idx.to_vec();
+                s[dim] = (start + idx[dim] as i64 * step) as usize;
+                s
+            }))
+        }
+        "select" => {
+            let x = n.tensor("self")?;
+            let dim = wrap(n.int("dim")?, x.shape.len())?;
+            let size = x.shape[dim] as i64;
+            let i = n.int("index")?;
+            if i < -size || i >= size {
+                return fail(format!("index {i} is out of range for size {size}"));
+            }
+            let i = if i < 0 { i + size } else { i } as usize;
+            let mut shape = x.shape.clone();
+            shape.remove(dim);
+            out(gather_view(&x, shape, |idx| {
+                let mut s = idx.to_vec();
+                s.insert(dim, i);
+                s
+            }))
+        }
+        "full" | "full_like" | "scalar_tensor" => {
+            let (shape, like): (Vec<usize>, Option<DType>) = match name {
+                "full" => (n.ints("size")?.iter().map(|&s| s as usize).collect(), None),
+                "full_like" => {
+                    let x = n.tensor("self")?;
+                    (x.shape.clone(), Some(x.dtype))
+                }
+                _ => (Vec::new(), None),
+            };
+            let value = n.scalar(if name == "scalar_tensor" {
+                "s"
+            } else {
+                "fill_value"
+            })?;
+            let d = n.dtype("dtype").or(like).unwrap_or(match value {
+                Scalar::Float(_) => DType::F32,
+                Scalar::Int(_) => DType::I64,
+                Scalar::Bool(_) => DType::Bool,
+            });
+            let v = match n.number(value)? {
+                Operand::Number(v, _) => v,
+                Operand::Tensor(_) => unreachable!(),
+            };
+            let count: usize = shape.iter().product();
+            out(build(d, shape, vec![v; count]))
+        }
+        "arange" => {
+            let num = |s: &str| -> R<i64> {
+                match n.number(n.scalar(s)?)? {
+                    Operand::Number(E::I(v), _) => Ok(v),
+                    _ => Err(None),
+                }
+            };
+            let (start, end, step) = match overload {
+                "default" => (0, num("end")?, 1),
+                "start" => (num("start")?, num("end")?, 1),
+                _ => (num("start")?, num("end")?, num("step")?),
+            };
+            if step <= 0 {
+                return fail("arange step must be positive");
+            }
+            let len = if end > start {
+                (end - start + step - 1) / step
+            } else {
+                0
+            };
+            let d = n.dtype("dtype").unwrap_or(DType::I64);
+            out(build(
+                d,
+                vec![len as usize],
+                (0..len).map(|i| E::I(start + i * step)).collect(),
+            ))
+        }
+        "_assert_scalar" => {
+            if let Some(Arg::SymBool(c)) = node.arg("self") {
+                if n.eval(*c)? == 0 {
+                    return fail(format!("runtime assert '{}' failed", graph.env.text(*c)));
+                }
+            }
+            Ok(Vec::new())
+        }
+        "sym_constrain_range_for_size" | "_assert_tensor_metadata" => Ok(Vec::new()),
+        _ => Err(None),
+    }
+}

@@ -1,0 +1,117 @@
+//! Host tensors: the values graphs are run on and compared with. Contiguous, row-major. Floats are
+//! stored as f64 holding a value exactly representable in their dtype; integers and bools as i64.
+
+use crate::graph::DType;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    Float(Vec<f64>),
+    Int(Vec<i64>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: Data,
+}
+
+/// Rounds `v` to the nearest value of a float dtype (round-to-nearest-even, as the hardware does).
+pub fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F64 => v,
+        DType::F32 => v as f32 as f64,
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// Converts an integer to a (non-float) dtype as a C cast would: wrapping, bools to 0/1.
+pub fn wrap_to(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I32 => v as i32 as i64,
+        DType::I8 => v as i8 as i64,
+        DType::U8 => v as u8 as i64,
+        DType::Bool => i64::from(v != 0),
+        _ => v,
+    }
+}
+
+impl HostTensor {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn zeros(dtype: DType, shape: &[usize]) -> HostTensor {
+        let n = shape.iter().product();
+        let data = if dtype.is_float() {
+            Data::Float(vec![0.0; n])
+        } else {
+            Data::Int(vec![0; n])
+        };
+        HostTensor {
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
+    /// Floats from `values`, rounded to `dtype`.
+    pub fn from_f64(dtype: DType, shape: &[usize], values: &[f64]) -> HostTensor {
+        assert!(dtype.is_float());
+        assert_eq!(values.len(), shape.iter().product::<usize>());
+        HostTensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Data::Float(values.iter().map(|&v| round_to(dtype, v)).collect()),
+        }
+    }
+
+    /// Integers (or bools) from `values`, converted to `dtype`.
+    pub fn from_i64(dtype: DType, shape: &[usize], values: &[i64]) -> HostTensor {
+        assert!(!dtype.is_float());
+        assert_eq!(values.len(), shape.iter().product::<usize>());
+        HostTensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Data::Int(values.iter().map(|&v| wrap_to(dtype, v)).collect()),
+        }
+    }
+
+    /// Element `i` as f64 (integers converted).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match &self.data {
+            Data::Float(v) => v[i],
+            Data::Int(v) => v[i] as f64,
+        }
+    }
+
+    /// A deterministic pseudo-random tensor (xorshift), for tests and `--random`: floats in
+    /// [-2, 2), integers in [lo, hi).
+    pub fn random(dtype: DType, shape: &[usize], seed: u64, int_range: (i64, i64)) -> HostTensor {
+        let n: usize = shape.iter().product();
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        if dtype.is_float() {
+            let v: Vec<f64> = (0..n)
+                .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0)
+                .collect();
+            HostTensor::from_f64(dtype, shape, &v)
+        } else {
+            let (lo, hi) = if dtype == DType::Bool {
+                (0, 2)
+            } else {
+                int_range
+            };
+            let span = (hi - lo).max(1) as u64;
+            let v: Vec<i64> = (0..n).map(|_| lo + (next() % span) as i64).collect();
+            HostTensor::from_i64(dtype, shape, &v)
+        }
+    }
+}
