@@ -100,16 +100,27 @@ fn differential(
 /// A one-node graph over `x: f32[u0, 5]` (and `y: f32[5]`, `i: i64[u0, 5]`, `m: bool[u0, 5]`,
 /// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`), `u0` unbacked.
 fn one_op(op: &str, args: &str) -> Graph {
-    let text = format!(
+    one_op_outputs(op, args, r#"{"tensor": "out"}"#)
+}
+
+fn one_op_outputs(op: &str, args: &str, outputs: &str) -> Graph {
+    Graph::from_json(&one_op_text_with(op, args, outputs)).unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+fn one_op_text(op: &str, args: &str) -> String {
+    one_op_text_with(op, args, r#"{"tensor": "out"}"#)
+}
+
+fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
+    format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "{op}",
             "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 4096}}],
             "inputs": [{{"name": "x", "dtype": "f32", "shape": ["u0", 5]}}, {{"name": "y", "dtype": "f32", "shape": [5]}},
                        {{"name": "i", "dtype": "i64", "shape": ["u0", 5]}}, {{"name": "m", "dtype": "bool", "shape": ["u0", 5]}},
                        {{"name": "h", "dtype": "bf16", "shape": ["u0", 5]}}, {{"name": "z", "dtype": "f32", "shape": [3, "u0", 2]}}],
             "nodes": [{{"name": "out", "op": "{op}", "args": {args}}}],
-            "outputs": [{{"tensor": "out"}}]}}"#
-    );
-    Graph::from_json(&text).unwrap_or_else(|e| panic!("{op}: {e}"))
+            "outputs": [{outputs}]}}"#
+    )
 }
 
 const SIZES: [i64; 7] = [0, 1, 2, 3, 7, 13, 257];
@@ -444,6 +455,75 @@ fn every_lowered_op_matches_the_reference() {
 }
 
 #[test]
+fn ops_with_several_outputs_match_the_reference() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "aten.split_with_sizes.default",
+            r#"{"self": {"tensor": "x"}, "split_sizes": [2, 3], "dim": 1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.split_with_sizes.default",
+            r#"{"self": {"tensor": "z"}, "split_sizes": [1, "u0 - 1"], "dim": 1}"#,
+            r#"{"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.split.Tensor",
+            r#"{"self": {"tensor": "x"}, "split_size": 2, "dim": -1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten.unbind.int",
+            r#"{"self": {"tensor": "z"}, "dim": 0}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten.flip.default",
+            r#"{"self": {"tensor": "z"}, "dims": [0, -1]}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.cat.default",
+            r#"{"tensors": [{"tensor": "x"}, {"tensor": "i"}, {"tensor": "x"}], "dim": 0}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.cat.default",
+            r#"{"tensors": [{"tensor": "x"}, {"tensor": "h"}], "dim": -1}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.constant_pad_nd.default",
+            r#"{"self": {"tensor": "x"}, "pad": [1, 2, 0, 1], "value": -1.5}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.constant_pad_nd.default",
+            r#"{"self": {"tensor": "z"}, "pad": [-1, 1]}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+    ];
+    for (k, &(op, args, outs)) in cases.iter().enumerate() {
+        let g = one_op_outputs(op, args, outs);
+        let mut compared = 0;
+        for (s, &u0) in SIZES.iter().enumerate() {
+            compared += usize::from(differential(
+                &format!("{op} {args}"),
+                &g,
+                &[("u0", u0)],
+                (k * 16 + s) as u64,
+                false,
+            ));
+        }
+        // `u0 - 1` is a negative piece at u0 = 0: both sides refuse it.
+        assert!(
+            compared >= SIZES.len() - 1,
+            "{op} {args}: compared at only {compared} sizes"
+        );
+    }
+}
+
+#[test]
 fn the_example_graphs_match_the_reference() {
     let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -463,6 +543,35 @@ fn the_example_graphs_match_the_reference() {
                 s as u64,
                 false
             ));
+        }
+    }
+}
+
+/// Every op lowers with its size unbacked without a guard or a data-dependent error; the same graph
+/// with the size backed may guard, and every guard holds for the hint.
+#[test]
+fn unbacked_lowering_never_guards_and_backed_guards_hold() {
+    for &(op, args) in CASES {
+        let g = one_op(op, args);
+        let p = lower(&g).unwrap_or_else(|e| panic!("{op} {args}: {e}"));
+        assert!(
+            p.env.guards().is_empty(),
+            "{op} {args}: guards on an unbacked graph"
+        );
+        let text = one_op_text(op, args).replace(
+            r#"{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 4096}"#,
+            r#"{"name": "u0", "kind": "backed", "hint": 7, "max": 100000}"#,
+        );
+        let gb = Graph::from_json(&text).unwrap();
+        let pb = lower(&gb).unwrap_or_else(|e| panic!("{op} {args} (backed): {e}"));
+        let mut env = pb.env.clone();
+        for guard in pb.env.guards() {
+            assert_eq!(
+                env.guarding_hint(guard.cond),
+                Ok(1),
+                "{op}: guard {} fails for the hint",
+                pb.env.text(guard.cond)
+            );
         }
     }
 }

@@ -71,13 +71,16 @@ impl Constant {
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Op {
+    /// A load; with a mask, it reads only where the mask holds and gives 0 elsewhere (the index
+    /// need not be valid there: `cat`, padding).
     Load {
         buffer: BufferId,
         index: Expr,
+        mask: Option<ValueId>,
     },
     Constant(Constant),
-    /// An integer index value (`arange`, masks), as i64.
-    Index(Expr),
+    /// An integer index value (`arange`, masks), as i64; 0 where its mask does not hold.
+    Index(Expr, Option<ValueId>),
     Unary(UnaryOp, ValueId),
     Binary(BinaryOp, ValueId, ValueId),
     Where(ValueId, ValueId, ValueId),
@@ -101,6 +104,8 @@ impl Body {
 pub struct BodyBuilder {
     body: Body,
     seen: FxHashMap<(Op, DType), ValueId>,
+    /// Loads and index values emitted now are guarded by this mask.
+    mask: Option<ValueId>,
 }
 
 impl BodyBuilder {
@@ -119,7 +124,37 @@ impl BodyBuilder {
     }
 
     pub fn load(&mut self, buffer: BufferId, index: Expr, dtype: DType) -> ValueId {
-        self.push(Op::Load { buffer, index }, dtype)
+        let mask = self.mask;
+        self.push(
+            Op::Load {
+                buffer,
+                index,
+                mask,
+            },
+            dtype,
+        )
+    }
+
+    /// An index expression's value (i64).
+    pub fn index(&mut self, e: Expr) -> ValueId {
+        let mask = self.mask;
+        self.push(Op::Index(e, mask), DType::I64)
+    }
+
+    /// From now on, loads are masked by `mask` (and by any enclosing mask); returns the enclosing
+    /// mask, to give back to [`exit_mask`](Self::exit_mask).
+    pub fn enter_mask(&mut self, mask: ValueId) -> Option<ValueId> {
+        let outer = self.mask;
+        let combined = match outer {
+            Some(m) => self.binary(BinaryOp::LogicalAnd, m, mask),
+            None => mask,
+        };
+        self.mask = Some(combined);
+        outer
+    }
+
+    pub fn exit_mask(&mut self, outer: Option<ValueId>) {
+        self.mask = outer;
     }
 
     pub fn constant(&mut self, c: Constant, dtype: DType) -> ValueId {

@@ -235,7 +235,16 @@ impl Program {
         let mut vals: Vec<V> = Vec::with_capacity(body.ops.len());
         for &(op, dtype) in &body.ops {
             let v = match op {
-                Op::Load { buffer, index } => {
+                Op::Load { mask: Some(m), .. } | Op::Index(_, Some(m))
+                    if vals[m.0 as usize].i() == 0 =>
+                {
+                    if dtype.is_float() {
+                        V::F(0.0)
+                    } else {
+                        V::I(0)
+                    }
+                }
+                Op::Load { buffer, index, .. } => {
                     let i = self.env.evaluate(index, b).map_err(|e| e.to_string())?;
                     let data = &storage[buffer.index()];
                     *data.get(i as usize).filter(|_| i >= 0).ok_or_else(|| {
@@ -248,7 +257,7 @@ impl Program {
                 }
                 Op::Constant(Constant::Float(bits)) => V::F(f64::from_bits(bits)),
                 Op::Constant(Constant::Int(i)) => V::I(i),
-                Op::Index(e) => V::I(self.env.evaluate(e, b).map_err(|e| e.to_string())?),
+                Op::Index(e, _) => V::I(self.env.evaluate(e, b).map_err(|e| e.to_string())?),
                 Op::Cast(a) => vals[a.0 as usize],
                 Op::Unary(u, a) => unary(u, vals[a.0 as usize], dtype),
                 Op::Binary(o, x, y) => {

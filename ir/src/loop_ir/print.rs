@@ -64,16 +64,25 @@ impl Program {
         let env = &self.env;
         for (i, (op, dtype)) in body.ops.iter().enumerate() {
             let rhs = match op {
-                Op::Load { buffer, index } => format!(
-                    "load {}[{}]",
+                Op::Load {
+                    buffer,
+                    index,
+                    mask,
+                } => format!(
+                    "load {}[{}]{}",
                     self.buffers[buffer.index()].name,
-                    env.text(*index)
+                    env.text(*index),
+                    mask.map(|m| format!(" if v{}", m.0)).unwrap_or_default()
                 ),
                 Op::Constant(Constant::Float(bits)) => {
                     format!("constant {:?}", f64::from_bits(*bits))
                 }
                 Op::Constant(Constant::Int(v)) => format!("constant {v}"),
-                Op::Index(e) => format!("index {}", env.text(*e)),
+                Op::Index(e, mask) => format!(
+                    "index {}{}",
+                    env.text(*e),
+                    mask.map(|m| format!(" if v{}", m.0)).unwrap_or_default()
+                ),
                 Op::Unary(u, a) => format!("{} v{}", format!("{u:?}").to_lowercase(), a.0),
                 Op::Binary(b, x, y) => {
                     format!("{} v{}, v{}", format!("{b:?}").to_lowercase(), x.0, y.0)

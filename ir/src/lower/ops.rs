@@ -5,7 +5,7 @@ use std::rc::Rc;
 use super::promote::{compute_dtype, result_type};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
-use crate::loop_ir::{BinaryOp, Constant, Op, ReductionKind, UnaryOp, ValueId};
+use crate::loop_ir::{BinaryOp, Constant, ReductionKind, UnaryOp, ValueId};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -281,6 +281,45 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let index = int(n, "index")?;
             one(super::views::select(l, x, dim, index)?)
         }
+        "cat" => {
+            let refs = match n.arg("tensors") {
+                Some(Arg::Tensors(v)) => v.clone(),
+                other => {
+                    return msg(format!(
+                        "argument 'tensors': expected tensors, found {other:?}"
+                    ))
+                }
+            };
+            let ts: Vec<LTensor> = refs
+                .iter()
+                .flatten()
+                .map(|r| l.tensor(r))
+                .collect::<Result<_, _>>()?;
+            let dim = l.env.pool().as_const(int(n, "dim")?).ok_or_else(|| {
+                NodeError::Message("cat: the dimension must be a constant".into())
+            })?;
+            one(super::views::cat(l, ts, dim)?)
+        }
+        "constant_pad_nd" => {
+            let x = tensor(l, n, "self")?;
+            let pad = ints(n, "pad")?;
+            let value = scalar_arg(n, "value")?;
+            one(super::views::pad(l, x, &pad, value)?)
+        }
+        "split" | "split_with_sizes" | "unbind" => {
+            let x = tensor(l, n, "self")?;
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            super::views::split(l, x, dim, name, n)
+        }
+        "flip" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let dims: Vec<usize> = const_ints(l, n, "dims")?
+                .into_iter()
+                .map(|d| wrap_dim(d, rank))
+                .collect::<Result<_, _>>()?;
+            one(super::views::flip(x, &dims))
+        }
         "full" | "full_like" | "scalar_tensor" => {
             let (sizes, like) = match name {
                 "full" => (ints(n, "size")?, None),
@@ -368,13 +407,13 @@ fn number(s: Scalar) -> LTensor {
 }
 
 /// Emits a scalar as a value of dtype `d`.
-fn scalar_value(c: &mut Ctx, s: Scalar, d: DType) -> ValueId {
+pub(super) fn scalar_value(c: &mut Ctx, s: Scalar, d: DType) -> ValueId {
     let v = match s {
         Scalar::Float(f) => c.body.constant(Constant::float(f), DType::F64),
         Scalar::Bool(b) => c.body.constant(Constant::Int(i64::from(b)), DType::Bool),
         Scalar::Int(e) => match c.env.pool().as_const(e) {
             Some(k) => c.body.constant(Constant::Int(k), DType::I64),
-            None => c.body.push(Op::Index(e), DType::I64),
+            None => c.body.index(e),
         },
     };
     c.body.cast(v, d)
@@ -389,7 +428,7 @@ fn scalar_arg(n: &GraphNode, name: &str) -> R<Scalar> {
     }
 }
 
-fn int(n: &GraphNode, name: &str) -> R<Expr> {
+pub(super) fn int(n: &GraphNode, name: &str) -> R<Expr> {
     match n.arg(name) {
         Some(Arg::Int(e)) => Ok(*e),
         other => msg(format!(
@@ -408,7 +447,7 @@ fn opt_int(n: &GraphNode, name: &str) -> R<Option<Expr>> {
     }
 }
 
-fn ints(n: &GraphNode, name: &str) -> R<Vec<Expr>> {
+pub(super) fn ints(n: &GraphNode, name: &str) -> R<Vec<Expr>> {
     match n.arg(name) {
         Some(Arg::Ints(v)) => Ok(v.clone()),
         other => msg(format!(
@@ -692,7 +731,7 @@ fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {
         let p = c.env.pool_mut();
         let scaled = p.scale(idx[0], step_c);
         let at = p.add(s, scaled);
-        let v = c.body.push(Op::Index(at), DType::I64);
+        let v = c.body.index(at);
         c.body.cast(v, cd)
     });
     Ok(LTensor {

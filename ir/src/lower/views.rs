@@ -419,3 +419,297 @@ pub(super) fn select(l: &mut Lowerer, x: LTensor, dim: usize, index: Expr) -> R<
         buffer: None,
     })
 }
+
+/// `split`, `split_with_sizes`, `unbind`: slices of `x` along `dim`. The number of pieces must be
+/// static: a constant, or decided by a backed size's hint (guarded); `split_with_sizes` asserts at
+/// run time that the sizes add up.
+pub(super) fn split(
+    l: &mut Lowerer,
+    x: LTensor,
+    dim: usize,
+    name: &str,
+    n: &crate::graph::GraphNode,
+) -> R<Vec<LTensor>> {
+    let size = x.sizes[dim];
+    let pieces: Vec<Expr> = match name {
+        "split_with_sizes" => {
+            let sizes = super::ops::ints(n, "split_sizes")?;
+            for &s in &sizes {
+                let zero = l.env.pool_mut().zero();
+                let c = l.env.pool_mut().ge(s, zero);
+                if !l.env.statically_known_true(c) {
+                    l.env.check(c).map_err(|_| {
+                        NodeError::Message(format!(
+                            "split_with_sizes: size {} is negative",
+                            l.env.text(s)
+                        ))
+                    })?;
+                }
+            }
+            let total = l.env.pool_mut().add_all(&sizes);
+            assert_equal(l, total, size, "split_with_sizes")?;
+            sizes
+        }
+        "split" => {
+            let chunk = super::ops::int(n, "split_size")?;
+            let count = l.env.pool_mut().ceildiv(size, chunk);
+            let count = static_count(l, count, "split")?;
+            let mut out = Vec::new();
+            let p = l.env.pool_mut();
+            for k in 0..count.max(1) {
+                // Every piece has `chunk` elements but the last: min(chunk, size - k·chunk).
+                let kc = p.scale(chunk, k);
+                let rest = p.sub(size, kc);
+                let zero = p.zero();
+                let rest = p.max(zero, rest);
+                out.push(p.min(chunk, rest));
+            }
+            out.into_iter().map(|e| l.env.simplify(e)).collect()
+        }
+        _ => {
+            let count = static_count(l, size, "unbind")?;
+            let one = l.env.pool_mut().one();
+            vec![one; count as usize]
+        }
+    };
+    let mut out = Vec::with_capacity(pieces.len());
+    let mut start = l.env.pool_mut().zero();
+    for &len in &pieces {
+        let end = l.env.pool_mut().add(start, len);
+        let step = l.env.pool_mut().one();
+        let mut piece = slice_exact(l, x.clone(), dim, start, end, step);
+        if name == "unbind" {
+            piece = squeeze_known(l, piece, dim);
+        }
+        out.push(piece);
+        start = end;
+    }
+    Ok(out)
+}
+
+/// A count that lowering needs as a number: a constant, or a backed expression's hint (guarded).
+fn static_count(l: &mut Lowerer, e: Expr, what: &str) -> R<i64> {
+    let e = l.env.simplify(e);
+    if let Some(v) = l.env.pool().as_const(e) {
+        return Ok(v);
+    }
+    let v = l.env.guarding_hint(e).map_err(|_| {
+        NodeError::Message(format!(
+            "{what}: the number of pieces, {}, depends on an unbacked size",
+            l.env.text(e)
+        ))
+    })?;
+    let k = l.env.pool_mut().constant(v);
+    let c = l.env.pool_mut().eq(e, k);
+    l.env
+        .evaluate_guard(c)
+        .map_err(|err| NodeError::Message(err.to_string()))?;
+    Ok(v)
+}
+
+/// Elements `start..end` (already in range) of dimension `dim`.
+fn slice_exact(
+    l: &mut Lowerer,
+    x: LTensor,
+    dim: usize,
+    start: Expr,
+    end: Expr,
+    _step: Expr,
+) -> LTensor {
+    let len = l.env.pool_mut().sub(end, start);
+    let len = l.env.simplify(len);
+    let mut sizes = x.sizes.clone();
+    sizes[dim] = len;
+    let inner = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx.to_vec();
+        src[dim] = c.env.pool_mut().add(start, idx[dim]);
+        inner(c, &src)
+    });
+    LTensor {
+        dtype: x.dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    }
+}
+
+/// Drops dimension `dim`, known to have size 1.
+fn squeeze_known(_l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
+    let mut sizes = x.sizes.clone();
+    sizes.remove(dim);
+    let inner = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx.to_vec();
+        src.insert(dim, c.env.pool_mut().zero());
+        inner(c, &src)
+    });
+    LTensor {
+        dtype: x.dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    }
+}
+
+/// Reverses the listed dimensions.
+pub(super) fn flip(x: LTensor, dims: &[usize]) -> LTensor {
+    let sizes = x.sizes.clone();
+    let inner = x.loader.clone();
+    let dims = dims.to_vec();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx.to_vec();
+        for &d in &dims {
+            let p = c.env.pool_mut();
+            let minus_one = p.constant(-1);
+            let last = p.add(sizes[d], minus_one);
+            src[d] = p.sub(last, idx[d]);
+        }
+        inner(c, &src)
+    });
+    LTensor {
+        dtype: x.dtype,
+        sizes: x.sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    }
+}
+
+/// `cat`: each element comes from the input whose range along `dim` holds it; every input is read
+/// under its own mask, so no read is ever out of bounds (an empty input is never read).
+pub(super) fn cat(l: &mut Lowerer, ts: Vec<LTensor>, dim: i64) -> R<LTensor> {
+    // ATen skips legacy empty 1-D inputs when the others have more dimensions.
+    let zero = l.env.pool_mut().zero();
+    let rank = ts.iter().map(|t| t.sizes.len()).max().unwrap_or(0);
+    let ts: Vec<LTensor> = ts
+        .into_iter()
+        .filter(|t| !(rank > 1 && t.sizes == [zero]))
+        .collect();
+    let Some(first) = ts.first().cloned() else {
+        return Err(NodeError::Message("cat of no tensors".into()));
+    };
+    let dim = super::ops::wrap_dim(dim, rank)?;
+    for t in &ts {
+        if t.sizes.len() != rank {
+            return Err(NodeError::Message(format!(
+                "cat: a tensor of {} dimensions among tensors of {rank}",
+                t.sizes.len()
+            )));
+        }
+        for k in (0..rank).filter(|&k| k != dim) {
+            assert_equal(l, first.sizes[k], t.sizes[k], "cat")?;
+        }
+    }
+    let dtype = super::promote::result_type(&ts.iter().collect::<Vec<_>>())?;
+    let mut offsets = vec![zero];
+    for t in &ts {
+        let next = l
+            .env
+            .pool_mut()
+            .add(*offsets.last().expect("non-empty"), t.sizes[dim]);
+        offsets.push(next);
+    }
+    let mut sizes = first.sizes.clone();
+    sizes[dim] = *offsets.last().expect("non-empty");
+    let loaders: Vec<Loader> = ts.iter().map(|t| t.loader.clone()).collect();
+    let cd = super::promote::compute_dtype(dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let i = idx[dim];
+        let mut picks = Vec::with_capacity(loaders.len());
+        for (j, ld) in loaders.iter().enumerate() {
+            let p = c.env.pool_mut();
+            let lo = p.le(offsets[j], i);
+            let hi = p.lt(i, offsets[j + 1]);
+            let inside = p.and(&[lo, hi]);
+            let inside = c.env.simplify(inside);
+            let m = c.body.index(inside);
+            let m = c.body.cast(m, crate::graph::DType::Bool);
+            let outer = c.body.enter_mask(m);
+            let mut src = idx.to_vec();
+            src[dim] = c.env.pool_mut().sub(i, offsets[j]);
+            let v = ld(c, &src);
+            let v = c.body.cast(v, cd);
+            c.body.exit_mask(outer);
+            picks.push((m, v));
+        }
+        let (_, mut r) = *picks.last().expect("non-empty");
+        for &(m, v) in picks.iter().rev().skip(1) {
+            r = c.body.where_(m, v, r);
+        }
+        r
+    });
+    Ok(LTensor {
+        dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
+
+/// `constant_pad_nd`: `pad` gives (before, after) for the last dimension, then the one before, …;
+/// negative amounts crop. Reads outside the input are masked off.
+pub(super) fn pad(
+    l: &mut Lowerer,
+    x: LTensor,
+    pad: &[Expr],
+    value: crate::graph::Scalar,
+) -> R<LTensor> {
+    let rank = x.sizes.len();
+    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+        return Err(NodeError::Message(format!(
+            "constant_pad_nd: {} pad amounts for {rank} dimensions",
+            pad.len()
+        )));
+    }
+    let mut sizes = x.sizes.clone();
+    let mut before = vec![l.env.pool_mut().zero(); rank];
+    for (k, pair) in pad.chunks(2).enumerate() {
+        let d = rank - 1 - k;
+        before[d] = pair[0];
+        let p = l.env.pool_mut();
+        let grown = p.add_all(&[x.sizes[d], pair[0], pair[1]]);
+        let zero = p.zero();
+        let c = p.ge(grown, zero);
+        if !l.env.statically_known_true(c) {
+            l.env.check(c).map_err(|_| {
+                NodeError::Message("constant_pad_nd: a padded size is negative".into())
+            })?;
+        }
+        sizes[d] = l.env.simplify(grown);
+    }
+    let in_sizes = x.sizes.clone();
+    let inner = x.loader.clone();
+    let cd = super::promote::compute_dtype(x.dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx.to_vec();
+        let mut conds = Vec::new();
+        for d in 0..src.len() {
+            let p = c.env.pool_mut();
+            src[d] = p.sub(idx[d], before[d]);
+            let zero = p.zero();
+            conds.push(p.le(zero, src[d]));
+            conds.push(p.lt(src[d], in_sizes[d]));
+        }
+        let inside = c.env.pool_mut().and(&conds);
+        let inside = c.env.simplify(inside);
+        let m = c.body.index(inside);
+        let m = c.body.cast(m, crate::graph::DType::Bool);
+        let outer = c.body.enter_mask(m);
+        let v = inner(c, &src);
+        let v = c.body.cast(v, cd);
+        c.body.exit_mask(outer);
+        let fill = super::ops::scalar_value(c, value, cd);
+        c.body.where_(m, v, fill)
+    });
+    Ok(LTensor {
+        dtype: x.dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
