@@ -953,7 +953,7 @@ pub(super) fn run_node(
         }
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
-                Some(Arg::Tensors(v)) => v.iter().flatten().map(|r| get(r)).collect(),
+                Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),
                 _ => return fail("cat needs tensors"),
             };
             let rank = ts.iter().map(|t| t.shape.len()).max().unwrap_or(0);
