@@ -50,11 +50,11 @@ fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected loop-ir"));
     let dir = std::env::temp_dir().join(format!("guardless-cli-lower-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let g = dir.join("mm.json");
+    let g = dir.join("cumsum.json");
     std::fs::write(
         &g,
         r#"{"format": "guardless-graph", "version": 1, "inputs": [{"name": "a", "dtype": "f32", "shape": [2, 3]}],
-            "nodes": [{"name": "p", "op": "aten.mm.default", "args": {"self": {"tensor": "a"}, "mat2": {"tensor": "a"}}}],
+            "nodes": [{"name": "p", "op": "aten.cumsum.default", "args": {"self": {"tensor": "a"}, "dim": 1}}],
             "outputs": [{"tensor": "p"}]}"#,
     )
     .unwrap();

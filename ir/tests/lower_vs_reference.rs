@@ -98,7 +98,8 @@ fn differential(
 }
 
 /// A one-node graph over `x: f32[u0, 5]` (and `y: f32[5]`, `i: i64[u0, 5]`, `m: bool[u0, 5]`,
-/// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`), `u0` unbacked.
+/// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`, weights `w: f32[5, 4]`, `bw: f32[3, 2, 4]`, `b4: f32[4]`),
+/// `u0` unbacked.
 fn one_op(op: &str, args: &str) -> Graph {
     one_op_outputs(op, args, r#"{"tensor": "out"}"#)
 }
@@ -117,7 +118,9 @@ fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
             "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 4096}}],
             "inputs": [{{"name": "x", "dtype": "f32", "shape": ["u0", 5]}}, {{"name": "y", "dtype": "f32", "shape": [5]}},
                        {{"name": "i", "dtype": "i64", "shape": ["u0", 5]}}, {{"name": "m", "dtype": "bool", "shape": ["u0", 5]}},
-                       {{"name": "h", "dtype": "bf16", "shape": ["u0", 5]}}, {{"name": "z", "dtype": "f32", "shape": [3, "u0", 2]}}],
+                       {{"name": "h", "dtype": "bf16", "shape": ["u0", 5]}}, {{"name": "z", "dtype": "f32", "shape": [3, "u0", 2]}},
+                       {{"name": "w", "dtype": "f32", "shape": [5, 4]}}, {{"name": "bw", "dtype": "f32", "shape": [3, 2, 4]}},
+                       {{"name": "b4", "dtype": "f32", "shape": [4]}}],
             "nodes": [{{"name": "out", "op": "{op}", "args": {args}}}],
             "outputs": [{outputs}]}}"#
     )
@@ -412,6 +415,22 @@ const CASES: &[(&str, &str)] = &[
     (
         "aten.full.default",
         r#"{"size": ["u0", 2], "fill_value": 1.5}"#,
+    ),
+    (
+        "aten.mm.default",
+        r#"{"self": {"tensor": "x"}, "mat2": {"tensor": "w"}}"#,
+    ),
+    (
+        "aten.bmm.default",
+        r#"{"self": {"tensor": "z"}, "mat2": {"tensor": "bw"}}"#,
+    ),
+    (
+        "aten.addmm.default",
+        r#"{"self": {"tensor": "b4"}, "mat1": {"tensor": "x"}, "mat2": {"tensor": "w"}, "beta": 2, "alpha": 0.5}"#,
+    ),
+    (
+        "aten.addmm.default",
+        r#"{"self": {"tensor": "b4"}, "mat1": {"tensor": "x"}, "mat2": {"tensor": "w"}}"#,
     ),
     (
         "aten.full_like.default",

@@ -4,7 +4,9 @@
 
 use thiserror::Error;
 
-use super::{BinaryOp, BufferKind, Constant, Op, Program, ReductionKind, UnaryOp};
+use super::{
+    BinaryOp, BufferId, BufferKind, Constant, ExternKernel, Op, Program, ReductionKind, UnaryOp,
+};
 use crate::graph::DType;
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
@@ -101,6 +103,66 @@ impl Program {
                         Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
                         Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
                     });
+                }
+                BufferKind::Extern {
+                    kernel,
+                    inputs: args,
+                } => {
+                    let dims = |id: BufferId| -> Result<Vec<i64>, RunError> {
+                        self.buffers[id.index()]
+                            .layout
+                            .sizes
+                            .iter()
+                            .map(|&s| eval(&b, s))
+                            .collect()
+                    };
+                    let (a, m) = (args[0], args[1]);
+                    let (da, dm) = (dims(a)?, dims(m)?);
+                    let (batch, rows, inner, cols) = match kernel {
+                        ExternKernel::Mm => (1, da[0], da[1], dm[1]),
+                        ExternKernel::Bmm => (da[0], da[1], da[2], dm[2]),
+                    };
+                    let k2 = if *kernel == ExternKernel::Mm {
+                        dm[0]
+                    } else {
+                        dm[1]
+                    };
+                    if inner != k2 {
+                        return Err(fail(format!(
+                            "{} of [.., {inner}] by [{k2}, ..]",
+                            kernel.name()
+                        )));
+                    }
+                    let read = |id: BufferId, idx: &[i64]| -> Result<f64, RunError> {
+                        let at = self.buffers[id.index()]
+                            .layout
+                            .index_value(&self.env, idx, &b)
+                            .map_err(fail)?;
+                        Ok(storage[id.index()]
+                            .get(at as usize)
+                            .filter(|_| at >= 0)
+                            .ok_or_else(|| fail(format!("read out of bounds at {at}")))?
+                            .f())
+                    };
+                    let mut out = Vec::with_capacity((batch * rows * cols).max(0) as usize);
+                    for bi in 0..batch {
+                        for r in 0..rows {
+                            for c in 0..cols {
+                                let mut acc = 0.0;
+                                for k in 0..inner {
+                                    let (x, y) = match kernel {
+                                        ExternKernel::Mm => (read(a, &[r, k])?, read(m, &[k, c])?),
+                                        ExternKernel::Bmm => {
+                                            (read(a, &[bi, r, k])?, read(m, &[bi, k, c])?)
+                                        }
+                                    };
+                                    acc += x * y;
+                                }
+                                out.push(store(buf.dtype, V::F(acc)));
+                            }
+                        }
+                    }
+                    storage.push(out);
                 }
                 BufferKind::Computed { loops, body } => {
                     let ranges: Vec<i64> = loops

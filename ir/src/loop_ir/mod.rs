@@ -99,6 +99,31 @@ pub enum BufferKind {
     Input(usize),
     /// Computed by a loop nest; the body's result is stored (or reduced, then stored).
     Computed { loops: Loops, body: Body },
+    /// Computed by a library kernel (cuBLAS on the GPU) from other buffers, read through their
+    /// layouts. The scheduler never fuses into it.
+    Extern {
+        kernel: ExternKernel,
+        inputs: Vec<BufferId>,
+    },
+}
+
+/// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is
+/// `mm` with a pointwise epilogue.)
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ExternKernel {
+    /// `[m, k] @ [k, n]`.
+    Mm,
+    /// `[b, m, k] @ [b, k, n]`.
+    Bmm,
+}
+
+impl ExternKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExternKernel::Mm => "mm",
+            ExternKernel::Bmm => "bmm",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -25,6 +25,24 @@ impl Program {
                         list(&b.layout.strides)
                     );
                 }
+                BufferKind::Extern { kernel, inputs } => {
+                    let args: Vec<&str> = inputs
+                        .iter()
+                        .map(|i| self.buffers[i.index()].name.as_str())
+                        .collect();
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let _ = writeln!(
+                        out,
+                        "buffer {} (#{i}): {shape} = extern {}({}){from}",
+                        b.name,
+                        kernel.name(),
+                        args.join(", ")
+                    );
+                }
                 BufferKind::Computed { loops, body } => {
                     let what = match &loops.reduction {
                         None => format!(

@@ -320,6 +320,26 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
+    pub(crate) fn add_extern(
+        &mut self,
+        kernel: crate::loop_ir::ExternKernel,
+        inputs: Vec<BufferId>,
+        dtype: DType,
+        sizes: &[Expr],
+        origin: &str,
+    ) -> LTensor {
+        let layout = Layout::contiguous(&mut self.env, sizes);
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(Buffer {
+            name: format!("buf{}", id.0),
+            dtype,
+            layout: layout.clone(),
+            kind: BufferKind::Extern { kernel, inputs },
+            origins: vec![origin.to_string()],
+        });
+        buffer_tensor(id, dtype, layout)
+    }
+
     fn add_computed(
         &mut self,
         dtype: DType,

@@ -281,6 +281,31 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let index = int(n, "index")?;
             one(super::views::select(l, x, dim, index)?)
         }
+        "mm" | "bmm" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "mat2")?);
+            one(matmul(l, n, a, b, name == "bmm")?)
+        }
+        "addmm" => {
+            let bias = tensor(l, n, "self")?;
+            let (a, b) = (tensor(l, n, "mat1")?, tensor(l, n, "mat2")?);
+            let (beta, alpha) = (scalar_arg(n, "beta")?, scalar_arg(n, "alpha")?);
+            let prod = matmul(l, n, a, b, false)?;
+            let t = result_type(&[&bias, &prod])?;
+            let cd = compute_dtype(t);
+            // The bias as an epilogue: beta·bias + alpha·(mat1 @ mat2); beta = 0 ignores the bias.
+            let beta_zero = matches!(beta, Scalar::Int(e) if l.env.pool().as_const(e) == Some(0))
+                || matches!(beta, Scalar::Float(f) if f == 0.0);
+            one(map(l, &[bias, prod], t, t, move |c, v| {
+                let a = scalar_value(c, alpha, cd);
+                let p = c.body.binary(BinaryOp::Mul, a, v[1]);
+                if beta_zero {
+                    return p;
+                }
+                let bt = scalar_value(c, beta, cd);
+                let q = c.body.binary(BinaryOp::Mul, bt, v[0]);
+                c.body.binary(BinaryOp::Add, q, p)
+            })?)
+        }
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),
@@ -741,4 +766,58 @@ fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {
         wrapped: false,
         buffer: None,
     })
+}
+
+/// `mm`/`bmm` as an extern kernel over buffers; the inner sizes must agree (a runtime assert when
+/// they are symbolic).
+fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool) -> R<LTensor> {
+    let rank = if batched { 3 } else { 2 };
+    if a.sizes.len() != rank || b.sizes.len() != rank {
+        return msg(format!(
+            "expects {rank}-dimensional operands, found {} and {}",
+            a.sizes.len(),
+            b.sizes.len()
+        ));
+    }
+    if a.dtype != b.dtype {
+        return msg(format!(
+            "operands have different dtypes: {} and {}",
+            a.dtype, b.dtype
+        ));
+    }
+    let k = rank - 1;
+    let eq = l.env.pool_mut().eq(a.sizes[k], b.sizes[k - 1]);
+    if !l.env.statically_known_true(eq) {
+        l.env.check(eq).map_err(|_| {
+            NodeError::Message(format!(
+                "inner sizes {} and {} differ",
+                l.env.text(a.sizes[k]),
+                l.env.text(b.sizes[k - 1])
+            ))
+        })?;
+    }
+    let mut sizes = a.sizes[..k].to_vec();
+    if batched {
+        let eq = l.env.pool_mut().eq(a.sizes[0], b.sizes[0]);
+        if !l.env.statically_known_true(eq) {
+            l.env
+                .check(eq)
+                .map_err(|_| NodeError::Message("batch sizes differ".into()))?;
+        }
+    }
+    sizes.push(b.sizes[k]);
+    let a = l.realize(a, &n.name);
+    let b = l.realize(b, &n.name);
+    let kernel = if batched {
+        crate::loop_ir::ExternKernel::Bmm
+    } else {
+        crate::loop_ir::ExternKernel::Mm
+    };
+    Ok(l.add_extern(
+        kernel,
+        vec![a.buffer.expect("realized"), b.buffer.expect("realized")],
+        a.dtype,
+        &sizes,
+        &n.name,
+    ))
 }

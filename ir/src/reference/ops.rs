@@ -951,6 +951,60 @@ pub(super) fn run_node(
                 s
             }))
         }
+        "mm" | "bmm" | "addmm" => {
+            let (a, m) = if name == "addmm" {
+                (n.tensor("mat1")?, n.tensor("mat2")?)
+            } else {
+                (n.tensor("self")?, n.tensor("mat2")?)
+            };
+            let batched = name == "bmm";
+            let rank = if batched { 3 } else { 2 };
+            if a.shape.len() != rank || m.shape.len() != rank || a.dtype != m.dtype {
+                return fail("bad matmul operands");
+            }
+            let (bs, r, k, c) = if batched {
+                (a.shape[0], a.shape[1], a.shape[2], m.shape[2])
+            } else {
+                (1, a.shape[0], a.shape[1], m.shape[1])
+            };
+            let k2 = if batched { m.shape[1] } else { m.shape[0] };
+            if k != k2 || (batched && a.shape[0] != m.shape[0]) {
+                return fail(format!("matmul of {:?} by {:?}", a.shape, m.shape));
+            }
+            let mut vals = Vec::with_capacity(bs * r * c);
+            for b in 0..bs {
+                for i in 0..r {
+                    for j in 0..c {
+                        let s: f64 = (0..k)
+                            .map(|t| {
+                                elem(&a, (b * r + i) * k + t).f()
+                                    * elem(&m, (b * k + t) * c + j).f()
+                            })
+                            .sum();
+                        vals.push(E::F(s));
+                    }
+                }
+            }
+            let shape = if batched { vec![bs, r, c] } else { vec![r, c] };
+            let prod = build(a.dtype, shape, vals);
+            if name != "addmm" {
+                return out(prod);
+            }
+            let bias = n.operand("self")?;
+            let (beta, alpha) = (n.number(n.scalar("beta")?)?, n.number(n.scalar("alpha")?)?);
+            let (Operand::Number(beta, _), Operand::Number(alpha, _)) = (beta, alpha) else {
+                unreachable!()
+            };
+            let p = Operand::Tensor(prod);
+            let d = result_type(&[&bias, &p])?;
+            out(elementwise(&[&bias, &p], d, d, |v| {
+                Ok(if beta.f() == 0.0 {
+                    E::F(alpha.f() * v[1].f())
+                } else {
+                    E::F(beta.f() * v[0].f() + alpha.f() * v[1].f())
+                })
+            })?)
+        }
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),
