@@ -47,6 +47,18 @@ fn differential(
     seed: u64,
     assert_ok: bool,
 ) -> bool {
+    differential_ints(what, graph, values, seed, assert_ok, (-3, 7))
+}
+
+/// As [`differential`], with integer inputs drawn from `ints`.
+fn differential_ints(
+    what: &str,
+    graph: &Graph,
+    values: &[(&str, i64)],
+    seed: u64,
+    assert_ok: bool,
+    ints: (i64, i64),
+) -> bool {
     let mut b = Bindings::new();
     for &(name, v) in values {
         b.set(
@@ -67,7 +79,7 @@ fn differential(
                 .iter()
                 .map(|&d| graph.env.evaluate(d, &b).unwrap() as usize)
                 .collect();
-            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (-3, 7))
+            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, ints)
         })
         .collect();
     let b = reference::bind_inputs(graph, &inputs, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -98,8 +110,8 @@ fn differential(
 }
 
 /// A one-node graph over `x: f32[u0, 5]` (and `y: f32[5]`, `i: i64[u0, 5]`, `m: bool[u0, 5]`,
-/// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`, weights `w: f32[5, 4]`, `bw: f32[3, 2, 4]`, `b4: f32[4]`),
-/// `u0` unbacked.
+/// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`, weights `w: f32[5, 4]`, `bw: f32[3, 2, 4]`, `b4: f32[4]`,
+/// `ids: i64[u0]`), `u0` unbacked.
 fn one_op(op: &str, args: &str) -> Graph {
     one_op_outputs(op, args, r#"{"tensor": "out"}"#)
 }
@@ -120,7 +132,7 @@ fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
                        {{"name": "i", "dtype": "i64", "shape": ["u0", 5]}}, {{"name": "m", "dtype": "bool", "shape": ["u0", 5]}},
                        {{"name": "h", "dtype": "bf16", "shape": ["u0", 5]}}, {{"name": "z", "dtype": "f32", "shape": [3, "u0", 2]}},
                        {{"name": "w", "dtype": "f32", "shape": [5, 4]}}, {{"name": "bw", "dtype": "f32", "shape": [3, 2, 4]}},
-                       {{"name": "b4", "dtype": "f32", "shape": [4]}}],
+                       {{"name": "b4", "dtype": "f32", "shape": [4]}}, {{"name": "ids", "dtype": "i64", "shape": ["u0"]}}],
             "nodes": [{{"name": "out", "op": "{op}", "args": {args}}}],
             "outputs": [{outputs}]}}"#
     )
@@ -539,6 +551,50 @@ fn ops_with_several_outputs_match_the_reference() {
             compared >= SIZES.len() - 1,
             "{op} {args}: compared at only {compared} sizes"
         );
+    }
+}
+
+#[test]
+fn data_dependent_indexing_matches_the_reference_and_checks_bounds() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "aten.embedding.default",
+            r#"{"weight": {"tensor": "w"}, "indices": {"tensor": "i"}}"#,
+        ),
+        (
+            "aten.index_select.default",
+            r#"{"self": {"tensor": "z"}, "dim": 2, "index": {"tensor": "ids"}}"#,
+        ),
+        (
+            "aten.gather.default",
+            r#"{"self": {"tensor": "x"}, "dim": 1, "index": {"tensor": "i"}}"#,
+        ),
+    ];
+    for (k, &(op, args)) in cases.iter().enumerate() {
+        let g = one_op(op, args);
+        for (s, &u0) in SIZES.iter().enumerate() {
+            let seed = (k * 16 + s) as u64;
+            // In range: both agree.
+            assert!(
+                differential_ints(
+                    &format!("{op} {args}"),
+                    &g,
+                    &[("u0", u0)],
+                    seed,
+                    false,
+                    (0, 2)
+                ) || u0 == 0 && op.contains("index_select")
+            );
+            // Out of range (some index is 5 or more, or negative): both refuse, neither reads out of bounds.
+            differential_ints(
+                &format!("{op} {args}"),
+                &g,
+                &[("u0", u0)],
+                seed,
+                false,
+                (-2, 9),
+            );
+        }
     }
 }
 

@@ -85,6 +85,15 @@ pub enum Op {
     Binary(BinaryOp, ValueId, ValueId),
     Where(ValueId, ValueId, ValueId),
     Cast(ValueId),
+    /// Data-dependent indexing: binds the loop-level symbol `var` to the integer value `value` for
+    /// the loads that follow, after checking `0 <= value < size` — an index out of range is a
+    /// runtime error naming the buffer, never an out-of-bounds read.
+    Bind {
+        var: Expr,
+        value: ValueId,
+        size: Expr,
+        mask: Option<ValueId>,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -195,6 +204,20 @@ impl BodyBuilder {
     pub fn where_(&mut self, c: ValueId, a: ValueId, b: ValueId) -> ValueId {
         let dtype = self.dtype(a);
         self.push(Op::Where(c, a, b), dtype)
+    }
+
+    /// Binds `var` to `value` (checked against `0..size`); its own value is `value`.
+    pub fn bind(&mut self, var: Expr, value: ValueId, size: Expr) -> ValueId {
+        let mask = self.mask;
+        self.push(
+            Op::Bind {
+                var,
+                value,
+                size,
+                mask,
+            },
+            DType::I64,
+        )
     }
 
     pub fn finish(mut self, result: ValueId) -> Body {

@@ -193,7 +193,7 @@ impl Program {
                             );
                         }
                         let value = match (rkind, &loops.reduction) {
-                            (None, _) => self.eval_body(body, &b, &storage).map_err(fail)?,
+                            (None, _) => self.eval_body(body, &mut b, &storage).map_err(fail)?,
                             (Some(kind), Some((_, _, rvars))) => self
                                 .reduce(kind, body, rvars, &rranges, &mut b, &storage)
                                 .map_err(fail)?,
@@ -293,7 +293,12 @@ impl Program {
         })
     }
 
-    fn eval_body(&self, body: &super::Body, b: &Bindings, storage: &[Vec<V>]) -> Result<V, String> {
+    fn eval_body(
+        &self,
+        body: &super::Body,
+        b: &mut Bindings,
+        storage: &[Vec<V>],
+    ) -> Result<V, String> {
         let mut vals: Vec<V> = Vec::with_capacity(body.ops.len());
         for &(op, dtype) in &body.ops {
             let v = match op {
@@ -321,6 +326,38 @@ impl Program {
                 Op::Constant(Constant::Int(i)) => V::I(i),
                 Op::Index(e, _) => V::I(self.env.evaluate(e, b).map_err(|e| e.to_string())?),
                 Op::Cast(a) => vals[a.0 as usize],
+                Op::Bind {
+                    var, mask: Some(m), ..
+                } if vals[m.0 as usize].i() == 0 => {
+                    b.set(
+                        self.env
+                            .pool()
+                            .as_symbol(var)
+                            .expect("bound variables are symbols"),
+                        0,
+                    );
+                    V::I(0)
+                }
+                Op::Bind {
+                    var, value, size, ..
+                } => {
+                    let v = vals[value.0 as usize].i();
+                    let n = self.env.evaluate(size, b).map_err(|e| e.to_string())?;
+                    if !(0..n).contains(&v) {
+                        return Err(format!(
+                            "index {v} is out of range [0, {n}) for {}",
+                            self.env.text(var)
+                        ));
+                    }
+                    b.set(
+                        self.env
+                            .pool()
+                            .as_symbol(var)
+                            .expect("bound variables are symbols"),
+                        v,
+                    );
+                    V::I(v)
+                }
                 Op::Unary(u, a) => unary(u, vals[a.0 as usize], dtype),
                 Op::Binary(o, x, y) => {
                     binary(o, vals[x.0 as usize], vals[y.0 as usize], body.dtype(x))?

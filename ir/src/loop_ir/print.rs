@@ -107,6 +107,18 @@ impl Program {
                 }
                 Op::Where(c, a, b) => format!("where v{}, v{}, v{}", c.0, a.0, b.0),
                 Op::Cast(a) => format!("cast v{}", a.0),
+                Op::Bind {
+                    var,
+                    value,
+                    size,
+                    mask,
+                } => format!(
+                    "bind {} = v{} in [0, {}){}",
+                    env.text(*var),
+                    value.0,
+                    env.text(*size),
+                    mask.map(|m| format!(" if v{}", m.0)).unwrap_or_default()
+                ),
             };
             let _ = writeln!(out, "  v{i} = {rhs} : {dtype}");
         }

@@ -306,6 +306,19 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 c.body.binary(BinaryOp::Add, q, p)
             })?)
         }
+        "embedding" | "index_select" | "gather" => {
+            let (src, index) = if name == "embedding" {
+                (tensor(l, n, "weight")?, tensor(l, n, "indices")?)
+            } else {
+                (tensor(l, n, "self")?, tensor(l, n, "index")?)
+            };
+            let dim = if name == "embedding" {
+                0
+            } else {
+                dim_arg(l, n, "dim", src.sizes.len())?
+            };
+            one(super::views::indexed(l, src, index, dim, name)?)
+        }
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),

@@ -713,3 +713,94 @@ pub(super) fn pad(
         buffer: None,
     })
 }
+
+/// `embedding`, `index_select`, `gather`: reads of `src` at positions held in the integer tensor
+/// `index`. Each index value is bound to a loop-level symbol after a bounds check, so a bad index is
+/// a runtime error naming the buffer, never an out-of-bounds read.
+pub(super) fn indexed(
+    l: &mut Lowerer,
+    src: LTensor,
+    index: LTensor,
+    dim: usize,
+    name: &str,
+) -> R<LTensor> {
+    if index.dtype.is_float() || index.dtype == crate::graph::DType::Bool {
+        return Err(NodeError::Message(format!(
+            "{name}: indices must be integers, found {}",
+            index.dtype
+        )));
+    }
+    let rank = src.sizes.len();
+    let size = src.sizes[dim];
+    let sizes: Vec<Expr> = match name {
+        // [*indices, *weight[1..]]
+        "embedding" => index.sizes.iter().chain(&src.sizes[1..]).copied().collect(),
+        "index_select" => {
+            if index.sizes.len() > 1 {
+                return Err(NodeError::Message(
+                    "index_select: the index must have at most one dimension".into(),
+                ));
+            }
+            let mut s = src.sizes.clone();
+            s[dim] = index
+                .sizes
+                .first()
+                .copied()
+                .unwrap_or_else(|| l.env.pool_mut().one());
+            s
+        }
+        _ => {
+            if index.sizes.len() != rank {
+                return Err(NodeError::Message(
+                    "gather: the index must have as many dimensions as the input".into(),
+                ));
+            }
+            for k in (0..rank).filter(|&k| k != dim) {
+                let c = l.env.pool_mut().le(index.sizes[k], src.sizes[k]);
+                if !l.env.statically_known_true(c) {
+                    l.env.check(c).map_err(|_| {
+                        NodeError::Message(format!(
+                            "gather: index size exceeds the input in dimension {k}"
+                        ))
+                    })?;
+                }
+            }
+            index.sizes.clone()
+        }
+    };
+    let (src_ld, idx_ld) = (src.loader.clone(), index.loader.clone());
+    let index_rank = index.sizes.len();
+    let kind = name.to_string();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let (at_index, mut at_src): (Vec<Expr>, Vec<Expr>) = match kind.as_str() {
+            "embedding" => (
+                idx[..index_rank].to_vec(),
+                std::iter::once(idx[0])
+                    .chain(idx[index_rank..].iter().copied())
+                    .collect(),
+            ),
+            "index_select" => (
+                if index_rank == 0 {
+                    vec![]
+                } else {
+                    vec![idx[dim]]
+                },
+                idx.to_vec(),
+            ),
+            _ => (idx.to_vec(), idx.to_vec()),
+        };
+        let v = idx_ld(c, &at_index);
+        let v = c.body.cast(v, crate::graph::DType::I64);
+        let t = c.env.new_index_var("t", size);
+        c.body.bind(t, v, size);
+        at_src[dim] = t;
+        src_ld(c, &at_src)
+    });
+    Ok(LTensor {
+        dtype: src.dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
