@@ -8,3 +8,4 @@ pub mod lower;
 pub mod reference;
 pub mod sym;
 pub mod tensor;
+pub mod tensor_io;

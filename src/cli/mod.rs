@@ -3,6 +3,7 @@
 
 mod check;
 mod lower;
+mod run;
 mod sym;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,8 @@ pub enum Command {
         #[arg(long, default_value = "loop-ir")]
         emit: String,
     },
+    /// Run a graph on given or random inputs and print a summary of its outputs.
+    Run(run::RunArgs),
 }
 
 pub use sym::SymCommand;
@@ -47,5 +50,6 @@ pub fn run(cli: Cli) -> Result<String, String> {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),
         Command::Lower { graph, emit } => lower::run(&graph, &emit),
+        Command::Run(args) => run::run(args),
     }
 }

@@ -1,0 +1,216 @@
+//! `guardless run GRAPH --device reference`: run a graph on given or random inputs and print a
+//! summary of its outputs.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+use guardless_ir::graph::{Graph, Producer};
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_ir::tensor::{Data, HostTensor};
+use guardless_ir::tensor_io;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The graph file.
+    graph: PathBuf,
+    /// Where to run: `reference` (the op-level reference executor).
+    #[arg(long, default_value = "reference")]
+    device: String,
+    /// Input tensors, by graph input name (safetensors).
+    #[arg(long, conflicts_with = "random")]
+    inputs: Option<PathBuf>,
+    /// Random inputs: floats uniform in [-2, 2), integers in [0, 4), bools fair.
+    #[arg(long)]
+    random: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Symbol values for random inputs, e.g. `u0=37,s0=5`; others take their hint.
+    #[arg(long, value_name = "NAME=V,…")]
+    bind: Option<String>,
+    /// Write the outputs here (safetensors), named like the graph's outputs.
+    #[arg(long)]
+    save_outputs: Option<PathBuf>,
+}
+
+pub fn run(a: RunArgs) -> Result<String, String> {
+    if a.device != "reference" {
+        return Err(format!(
+            "--device {}: only 'reference' is available so far",
+            a.device
+        ));
+    }
+    let ctx = |e: String| format!("{}: {e}", a.graph.display());
+    let text = std::fs::read_to_string(&a.graph).map_err(|e| ctx(e.to_string()))?;
+    let graph = Graph::from_json(&text).map_err(|e| ctx(e.to_string()))?;
+    let given = parse_bind(&graph, a.bind.as_deref())?;
+    graph
+        .env
+        .check_bindings(&given)
+        .map_err(|e| ctx(format!("--bind: {e}")))?;
+    let inputs = match (&a.inputs, a.random) {
+        (Some(path), _) => read_inputs(&graph, path)?,
+        (None, true) => random_inputs(&graph, &given, a.seed)?,
+        (None, false) => return Err("give --inputs FILE.safetensors or --random".into()),
+    };
+    let bindings =
+        reference::bind_inputs(&graph, &inputs, &given).map_err(|e| ctx(e.to_string()))?;
+    let start = Instant::now();
+    let outputs = reference::run(&graph, &inputs, &bindings).map_err(|e| ctx(e.to_string()))?;
+    let elapsed = start.elapsed();
+    let names = output_names(&graph);
+    let mut out = String::new();
+    for (name, t) in names.iter().zip(&outputs) {
+        let _ = writeln!(out, "{name}: {}", summary(t));
+    }
+    let _ = writeln!(
+        out,
+        "ran on reference in {:.3} ms",
+        elapsed.as_secs_f64() * 1e3
+    );
+    if let Some(path) = &a.save_outputs {
+        let named: Vec<(String, HostTensor)> = names.into_iter().zip(outputs).collect();
+        tensor_io::write(path, &named)?;
+        let _ = writeln!(out, "saved {} outputs to {}", named.len(), path.display());
+    }
+    Ok(out)
+}
+
+fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, String> {
+    let mut b = Bindings::new();
+    for item in text
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (name, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--bind {item}: expected NAME=VALUE"))?;
+        let id = graph
+            .env
+            .symbol_id(name.trim())
+            .ok_or_else(|| format!("--bind: the graph has no symbol '{}'", name.trim()))?;
+        let v = v
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| format!("--bind {item}: '{}' is not an integer", v.trim()))?;
+        b.set(id, v);
+    }
+    Ok(b)
+}
+
+fn read_inputs(graph: &Graph, path: &Path) -> Result<Vec<HostTensor>, String> {
+    let mut all = tensor_io::read(path)?;
+    graph
+        .inputs
+        .iter()
+        .map(|inp| {
+            all.remove(&inp.name).ok_or_else(|| {
+                format!(
+                    "{}: no tensor named '{}' (a graph input)",
+                    path.display(),
+                    inp.name
+                )
+            })
+        })
+        .collect()
+}
+
+const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
+
+fn random_inputs(graph: &Graph, given: &Bindings, seed: u64) -> Result<Vec<HostTensor>, String> {
+    let mut env = graph.env.clone();
+    let mut b = given.clone();
+    for i in 0..env.pool().symbol_count() {
+        let id = guardless_ir::sym::SymbolId::from_index(i);
+        if b.get(id).is_none() {
+            let h = env.symbol_optimization_hint(id);
+            b.set(id, h);
+        }
+    }
+    let shapes = graph
+        .inputs
+        .iter()
+        .map(|inp| {
+            inp.shape
+                .iter()
+                .map(|&d| {
+                    env.evaluate(d, &b)
+                        .map(|v| v.max(0) as usize)
+                        .map_err(|e| format!("input '{}': {e}", inp.name))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Host tensors hold 8 bytes an element: refuse what cannot fit rather than abort.
+    let elements = shapes.iter().try_fold(0usize, |acc, s| {
+        s.iter()
+            .try_fold(1usize, |p, &d| p.checked_mul(d))
+            .and_then(|n| acc.checked_add(n))
+    });
+    match elements {
+        Some(n) if n <= MAX_RANDOM_ELEMENTS => {}
+        _ => return Err(format!("random inputs of these sizes would exceed {MAX_RANDOM_ELEMENTS} elements; bind smaller sizes with --bind")),
+    }
+    Ok(graph
+        .inputs
+        .iter()
+        .zip(shapes)
+        .enumerate()
+        .map(|(k, (inp, shape))| {
+            HostTensor::random(
+                inp.dtype,
+                &shape,
+                seed.wrapping_mul(1000).wrapping_add(k as u64),
+                (0, 4),
+            )
+        })
+        .collect())
+}
+
+fn output_names(graph: &Graph) -> Vec<String> {
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let base = match o.tensor.producer {
+                Producer::Input(i) => graph.inputs[i].name.clone(),
+                Producer::Node(n) => graph.nodes[n].name.clone(),
+            };
+            match o.tensor.index {
+                Some(i) => format!("{base}.{i}"),
+                None => base,
+            }
+        })
+        .collect()
+}
+
+fn summary(t: &HostTensor) -> String {
+    let shape: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+    let head = format!("{}[{}]", t.dtype, shape.join(", "));
+    let n = t.numel();
+    if n == 0 {
+        return format!("{head} (empty)");
+    }
+    let vals: Vec<f64> = match &t.data {
+        Data::Float(v) => v.clone(),
+        Data::Int(v) => v.iter().map(|&x| x as f64).collect(),
+    };
+    let finite: Vec<f64> = vals.iter().copied().filter(|v| v.is_finite()).collect();
+    let nonfinite = n - finite.len();
+    let (lo, hi) = finite
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
+    let mean = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
+    let mut s = format!("{head} min {lo:.6} max {hi:.6} mean {mean:.6}");
+    if nonfinite > 0 {
+        let _ = write!(s, " ({nonfinite} non-finite)");
+    }
+    s
+}

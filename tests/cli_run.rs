@@ -1,0 +1,168 @@
+//! `guardless run GRAPH --device reference`, as a user runs it.
+
+use std::process::Command;
+
+use guardless_ir::graph::{DType, Graph};
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_ir::tensor::HostTensor;
+use guardless_ir::tensor_io;
+
+fn guardless(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn run_on_files_matches_the_reference_and_saves_outputs() {
+    let dir = std::env::temp_dir().join(format!("guardless-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (inputs, outputs) = (dir.join("in.safetensors"), dir.join("out.safetensors"));
+    let x = HostTensor::random(DType::BF16, &[5, 4096], 1, (0, 1));
+    let w = HostTensor::random(DType::BF16, &[4096], 2, (0, 1));
+    tensor_io::write(&inputs, &[("x".into(), x.clone()), ("w".into(), w.clone())]).unwrap();
+    let path = example("rms_norm.unbacked.json");
+    let (ok, out, err) = guardless(&[
+        "run",
+        &path,
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--save-outputs",
+        outputs.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("out: bf16[5, 4096] min "), "{out}");
+    assert!(
+        out.contains("ran on reference in") && out.contains("saved 1 outputs"),
+        "{out}"
+    );
+    let saved = tensor_io::read(&outputs).unwrap();
+    let g = Graph::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let b = reference::bind_inputs(&g, &[x, w], &Bindings::new()).unwrap();
+    let want = reference::run(&g, &reference_inputs(&inputs), &b).unwrap();
+    assert_eq!(saved["out"], want[0]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn reference_inputs(path: &std::path::Path) -> Vec<HostTensor> {
+    let mut all = tensor_io::read(path).unwrap();
+    vec![all.remove("x").unwrap(), all.remove("w").unwrap()]
+}
+
+#[test]
+fn random_inputs_take_bound_sizes() {
+    let (ok, out, err) = guardless(&[
+        "run",
+        &example("rms_norm.unbacked.json"),
+        "--random",
+        "--seed",
+        "3",
+        "--bind",
+        "u0=3",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("out: bf16[3, 4096]"), "{out}");
+    let (ok, out, _) = guardless(&[
+        "run",
+        &example("rms_norm.unbacked.json"),
+        "--random",
+        "--bind",
+        "u0=0",
+    ]);
+    assert!(ok && out.starts_with("out: bf16[0, 4096] (empty)"), "{out}");
+}
+
+#[test]
+fn bad_run_requests_are_clear_errors() {
+    let g = example("rms_norm.unbacked.json");
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", &g], "give --inputs"),
+        (&["run", &g, "--random", "--bind", "u7=3"], "no symbol 'u7'"),
+        (
+            &["run", &g, "--random", "--bind", "u0=2000000"],
+            "u0 = 2000000 is outside its range",
+        ),
+        (
+            &["run", &g, "--random", "--bind", "u0=x"],
+            "'x' is not an integer",
+        ),
+        (
+            &["run", &g, "--random", "--bind", "u0=1000000"],
+            "would exceed",
+        ),
+        (
+            &["run", &g, "--random", "--device", "cuda"],
+            "only 'reference'",
+        ),
+    ];
+    for (args, want) in cases {
+        let (ok, _, err) = guardless(args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("guardless-cli-run-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("in.safetensors");
+    tensor_io::write(
+        &f,
+        &[(
+            "x".into(),
+            HostTensor::random(DType::BF16, &[2, 8], 0, (0, 1)),
+        )],
+    )
+    .unwrap();
+    let (ok, _, err) = guardless(&["run", &g, "--inputs", f.to_str().unwrap()]);
+    assert!(!ok && err.contains("no tensor named 'w'"), "{err}");
+    tensor_io::write(
+        &f,
+        &[
+            (
+                "x".into(),
+                HostTensor::random(DType::BF16, &[2, 8], 0, (0, 1)),
+            ),
+            (
+                "w".into(),
+                HostTensor::random(DType::BF16, &[4096], 0, (0, 1)),
+            ),
+        ],
+    )
+    .unwrap();
+    let (ok, _, err) = guardless(&["run", &g, "--inputs", f.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("input 'x'") && err.contains("dimension 1 is 8"),
+        "{err}"
+    );
+    tensor_io::write(
+        &f,
+        &[
+            (
+                "x".into(),
+                HostTensor::random(DType::F32, &[2, 4096], 0, (0, 1)),
+            ),
+            (
+                "w".into(),
+                HostTensor::random(DType::BF16, &[4096], 0, (0, 1)),
+            ),
+        ],
+    )
+    .unwrap();
+    let (ok, _, err) = guardless(&["run", &g, "--inputs", f.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("input 'x': dtype f32, the graph says bf16"),
+        "{err}"
+    );
+    std::fs::write(&f, b"not a safetensors file").unwrap();
+    let (ok, _, err) = guardless(&["run", &g, "--inputs", f.to_str().unwrap()]);
+    assert!(!ok && err.contains("not a safetensors file"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
