@@ -27,14 +27,14 @@ fn check_prints_symbols_inputs_ops_and_outputs() {
         "{out}"
     );
     assert!(
-        out.contains("u0       unbacked  range [0, 1048576]  optimization hint 4096"),
+        out.contains("n        unbacked  range [0, 65536]  optimization hint 4096"),
         "{out}"
     );
-    assert!(out.contains("x        bf16[u0, 4096]  user"), "{out}");
+    assert!(out.contains("x        bf16[n, 4096]  user"), "{out}");
     assert!(out.contains("aten.mul.Tensor                  x2"), "{out}");
     let (ok, out, _) = guardless(&["check", &example("rms_norm.backed.json")]);
     assert!(
-        ok && out.contains("s0       backed    range [1, 65536]  hint 512"),
+        ok && out.contains("n        backed    range [1, 65536]  hint 512"),
         "{out}"
     );
 }

@@ -21,10 +21,25 @@ fn tolerance(d: DType) -> (f64, f64) {
     }
 }
 
+/// Graphs whose elementwise comparison is loosened, and why. The absolute tolerance becomes the
+/// relative one times the largest reference magnitude (a norm-wise criterion).
+const LOOSE: &[(&str, &str)] = &[(
+    "llama_mlp",
+    "bf16: the fused silu·up rounds once where eager rounds twice (one bf16 ulp per element), and \
+     the 512-term down projection's cancellation magnifies that elementwise, not norm-wise",
+)];
+
 fn assert_close(what: &str, got: &HostTensor, want: &HostTensor) {
     assert_eq!(got.dtype, want.dtype, "{what}: dtype");
     assert_eq!(got.shape, want.shape, "{what}: shape");
-    let (rtol, atol) = tolerance(want.dtype);
+    let (rtol, mut atol) = tolerance(want.dtype);
+    if LOOSE.iter().any(|(name, _)| what.contains(name)) {
+        let scale = (0..want.numel())
+            .map(|i| want.get_f64(i).abs())
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        atol = atol.max(rtol * scale);
+    }
     match (&got.data, &want.data) {
         (Data::Float(g), Data::Float(w)) => {
             for (i, (&a, &b)) in g.iter().zip(w).enumerate() {
@@ -603,6 +618,9 @@ fn the_example_graphs_match_the_reference() {
     let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
         let g = Graph::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let sym = g
             .env
@@ -610,14 +628,18 @@ fn the_example_graphs_match_the_reference() {
             .symbol(guardless_ir::sym::SymbolId::from_index(0))
             .name
             .to_string();
-        for (s, v) in [1i64, 2, 3, 7].into_iter().enumerate() {
-            assert!(differential(
-                &path.display().to_string(),
-                &g,
-                &[(&sym, v)],
-                s as u64,
-                false
-            ));
+        // Sizes 0, 1, 2, primes and one far from the hint; integers (positions, ids) in [0, 4).
+        let range = g.env.symbol_range(g.env.symbol_id(&sym).unwrap());
+        for (s, v) in [0i64, 1, 2, 3, 7, 61]
+            .into_iter()
+            .enumerate()
+            .filter(|(_, v)| range.contains(*v))
+        {
+            let what = path.display().to_string();
+            assert!(
+                differential_ints(&what, &g, &[(&sym, v)], s as u64, false, (0, 4)),
+                "{what} at {sym} = {v}: refused"
+            );
         }
     }
 }

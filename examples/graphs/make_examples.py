@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Writes the example graphs (vLLM-style building blocks), each in a backed and an unbacked form:
+the same graph with the num_tokens symbol's kind flipped. Run from this directory."""
+import json
+
+N = "n"  # the num_tokens symbol
+
+
+def symbol(kind):
+    if kind == "backed":
+        return {"name": N, "kind": "backed", "hint": 512, "min": 1, "max": 65536}
+    return {"name": N, "kind": "unbacked", "min": 0, "max": 65536, "optimization_hint": 4096}
+
+
+def t(name, index=None):
+    return {"tensor": name} if index is None else {"tensor": name, "index": index}
+
+
+def node(name, op, **args):
+    return {"name": name, "op": op, "args": args}
+
+
+def graph(name, kind, inputs, nodes, outputs, symbols=()):
+    return {
+        "format": "guardless-graph", "version": 1, "name": name,
+        "symbols": [symbol(kind), *symbols],
+        "inputs": inputs, "nodes": nodes, "outputs": outputs,
+    }
+
+
+def inp(name, dtype, shape, kind=None):
+    d = {"name": name, "dtype": dtype, "shape": shape}
+    if kind:
+        d["kind"] = kind
+    return d
+
+
+def rms_norm_nodes(prefix, x, w, eps=1e-06):
+    """RMSNorm as torch.export decomposes it: in f32, back to bf16, times the weight."""
+    return [
+        node(f"{prefix}x32", "aten._to_copy.default", self=t(x), dtype={"dtype": "f32"}),
+        node(f"{prefix}sq", "aten.pow.Tensor_Scalar", self=t(f"{prefix}x32"), exponent=2),
+        node(f"{prefix}ms", "aten.mean.dim", self=t(f"{prefix}sq"), dim=[-1], keepdim=True),
+        node(f"{prefix}eps", "aten.add.Tensor", self=t(f"{prefix}ms"), other=eps),
+        node(f"{prefix}inv", "aten.rsqrt.default", self=t(f"{prefix}eps")),
+        node(f"{prefix}y", "aten.mul.Tensor", self=t(f"{prefix}x32"), other=t(f"{prefix}inv")),
+        node(f"{prefix}yb", "aten._to_copy.default", self=t(f"{prefix}y"), dtype={"dtype": "bf16"}),
+        node(f"{prefix}out", "aten.mul.Tensor", self=t(w), other=t(f"{prefix}yb")),
+    ]
+
+
+H = 256  # hidden size
+I = 512  # intermediate size
+
+
+def rms_norm(kind):
+    return graph("rms_norm", kind,
+                 [inp("x", "bf16", [N, 4096]), inp("w", "bf16", [4096], "parameter")],
+                 rms_norm_nodes("", "x", "w"), [t("out")])
+
+
+def fused_add_rms_norm(kind):
+    nodes = [node("res", "aten.add.Tensor", self=t("x"), other=t("residual"))]
+    nodes += rms_norm_nodes("n_", "res", "w")
+    return graph("fused_add_rms_norm", kind,
+                 [inp("x", "bf16", [N, H]), inp("residual", "bf16", [N, H]), inp("w", "bf16", [H], "parameter")],
+                 nodes, [t("n_out"), t("res")])
+
+
+def silu_and_mul(kind):
+    return graph("silu_and_mul", kind, [inp("x", "bf16", [N, 2 * I])], [
+        node("gate", "aten.slice.Tensor", self=t("x"), dim=1, start=0, end=I),
+        node("up", "aten.slice.Tensor", self=t("x"), dim=1, start=I, end=9223372036854775807),
+        node("act", "aten.silu.default", self=t("gate")),
+        node("out", "aten.mul.Tensor", self=t("act"), other=t("up")),
+    ], [t("out")])
+
+
+def softmax(kind):
+    return graph("softmax", kind, [inp("x", "f32", [N, 1000])], [
+        node("out", "aten._softmax.default", self=t("x"), dim=-1, half_to_float=False),
+    ], [t("out")])
+
+
+HEADS, HD = 4, 64
+
+
+def rotary_embedding(kind):
+    """Neox-style rotary embedding of the query, positions looked up in a cos/sin cache."""
+    half = HD // 2
+    return graph("rotary_embedding", kind, [
+        inp("q", "bf16", [N, HEADS * HD]),
+        inp("positions", "i64", [N]),
+        inp("cos_sin_cache", "f32", [2048, HD], "buffer"),
+    ], [
+        node("cs", "aten.index_select.default", self=t("cos_sin_cache"), dim=0, index=t("positions")),
+        node("cos", "aten.slice.Tensor", self=t("cs"), dim=1, start=0, end=half),
+        node("sin", "aten.slice.Tensor", self=t("cs"), dim=1, start=half, end=HD),
+        node("cos3", "aten.unsqueeze.default", self=t("cos"), dim=1),
+        node("sin3", "aten.unsqueeze.default", self=t("sin"), dim=1),
+        node("q3", "aten.view.default", self=t("q"), size=[N, HEADS, HD]),
+        node("x1", "aten.slice.Tensor", self=t("q3"), dim=2, start=0, end=half),
+        node("x2", "aten.slice.Tensor", self=t("q3"), dim=2, start=half, end=HD),
+        node("a", "aten.mul.Tensor", self=t("x1"), other=t("cos3")),
+        node("b", "aten.mul.Tensor", self=t("x2"), other=t("sin3")),
+        node("o1", "aten.sub.Tensor", self=t("a"), other=t("b")),
+        node("c", "aten.mul.Tensor", self=t("x2"), other=t("cos3")),
+        node("d", "aten.mul.Tensor", self=t("x1"), other=t("sin3")),
+        node("o2", "aten.add.Tensor", self=t("c"), other=t("d")),
+        node("rot", "aten.cat.default", tensors=[t("o1"), t("o2")], dim=-1),
+        node("rotb", "aten._to_copy.default", self=t("rot"), dtype={"dtype": "bf16"}),
+        node("out", "aten.view.default", self=t("rotb"), size=[N, HEADS * HD]),
+    ], [t("out")])
+
+
+def llama_mlp(kind):
+    return graph("llama_mlp", kind, [
+        inp("x", "bf16", [N, H]),
+        inp("w_gate_up", "bf16", [2 * I, H], "parameter"),
+        inp("w_down", "bf16", [H, I], "parameter"),
+    ], [
+        node("wgu_t", "aten.t.default", self=t("w_gate_up")),
+        node("gate_up", "aten.mm.default", self=t("x"), mat2=t("wgu_t")),
+        node("gate", "aten.slice.Tensor", self=t("gate_up"), dim=1, start=0, end=I),
+        node("up", "aten.slice.Tensor", self=t("gate_up"), dim=1, start=I, end=2 * I),
+        node("act", "aten.silu.default", self=t("gate")),
+        node("h", "aten.mul.Tensor", self=t("act"), other=t("up")),
+        node("wd_t", "aten.t.default", self=t("w_down")),
+        node("out", "aten.mm.default", self=t("h"), mat2=t("wd_t")),
+    ], [t("out")])
+
+
+EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, rotary_embedding, llama_mlp]
+
+if __name__ == "__main__":
+    for make in EXAMPLES:
+        for kind in ("backed", "unbacked"):
+            g = make(kind)
+            with open(f"{g['name']}.{kind}.json", "w") as f:
+                json.dump(g, f, indent=1)
+                f.write("\n")
