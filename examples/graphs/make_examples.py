@@ -113,6 +113,14 @@ def rotary_embedding(kind):
     ], [t("out")])
 
 
+def layer_norm(kind):
+    return graph("layer_norm", kind, [
+        inp("x", "bf16", [N, H]), inp("w", "bf16", [H], "parameter"), inp("b", "bf16", [H], "parameter"),
+    ], [
+        node("ln", "aten.native_layer_norm.default", input=t("x"), normalized_shape=[H], weight=t("w"), bias=t("b"), eps=1e-05),
+    ], [t("ln", 0)])
+
+
 def llama_mlp(kind):
     return graph("llama_mlp", kind, [
         inp("x", "bf16", [N, H]),
@@ -130,7 +138,7 @@ def llama_mlp(kind):
     ], [t("out")])
 
 
-EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, rotary_embedding, llama_mlp]
+EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp]
 
 if __name__ == "__main__":
     for make in EXAMPLES:

@@ -212,6 +212,26 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "clone" | "alias" => one(tensor(l, n, "self")?),
         "sum" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
+        "native_layer_norm" | "rms_norm" => {
+            let x = tensor(l, n, "input")?;
+            let normalized = ints(n, "normalized_shape")?;
+            norm(l, n, x, normalized.len(), name == "rms_norm")
+        }
+        "var" | "var_mean" => {
+            let x = tensor(l, n, "self")?;
+            let dims = reduce_dims(l, n, x.sizes.len())?;
+            let keepdim = matches!(n.arg("keepdim"), Some(Arg::Bool(true)));
+            let correction = match n.arg("correction") {
+                None | Some(Arg::None) => Scalar::Int(l.env.pool_mut().one()),
+                Some(_) => scalar_arg(n, "correction")?,
+            };
+            let (var, mean) = variance(l, n, &x, &dims, keepdim, correction)?;
+            Ok(if name == "var" {
+                vec![var]
+            } else {
+                vec![var, mean]
+            })
+        }
         "_softmax" | "_log_softmax" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
@@ -833,4 +853,147 @@ fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool)
         &sizes,
         &n.name,
     ))
+}
+
+/// Mean and variance over `dims` (two passes: the mean, then the squared deviations), in the
+/// compute dtype, returned in the input's dtype.
+fn variance(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    x: &LTensor,
+    dims: &[usize],
+    keepdim: bool,
+    correction: Scalar,
+) -> R<(LTensor, LTensor)> {
+    let dtype = x.dtype;
+    if !dtype.is_float() {
+        return msg(format!("var needs a floating dtype, found {dtype}"));
+    }
+    let cd = compute_dtype(dtype);
+    let count = dims.iter().fold(l.env.pool_mut().one(), |acc, &d| {
+        l.env.pool_mut().mul(acc, x.sizes[d])
+    });
+    let sum = l.reduction(x, dims, true, ReductionKind::Sum, cd, &n.name);
+    let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Div, v[0], v[1])
+    })?;
+    let mean = l.realize(mean, &n.name);
+    let dev = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
+        let d = c.body.binary(BinaryOp::Sub, v[0], v[1]);
+        c.body.binary(BinaryOp::Mul, d, d)
+    })?;
+    let ss = l.reduction(&dev, dims, keepdim, ReductionKind::Sum, cd, &n.name);
+    let denom = match correction {
+        Scalar::Int(k) => {
+            let d = l.env.pool_mut().sub(count, k);
+            number(Scalar::Int(d))
+        }
+        Scalar::Float(f) => {
+            let cnt = number(Scalar::Int(count));
+            map(l, &[cnt], DType::F64, DType::F64, move |c, v| {
+                let k = c.body.constant(Constant::float(f), DType::F64);
+                c.body.binary(BinaryOp::Sub, v[0], k)
+            })?
+        }
+        Scalar::Bool(_) => return msg("correction must be a number"),
+    };
+    // max(0, N - correction), as ATen divides by it.
+    let var = map(l, &[ss, denom], cd, dtype, |c, v| {
+        let d = c.body.cast(v[1], c.body.dtype(v[0]));
+        let zero = c.body.constant(Constant::float(0.0), c.body.dtype(v[0]));
+        let d = c.body.binary(BinaryOp::Max, d, zero);
+        c.body.binary(BinaryOp::Div, v[0], d)
+    })?;
+    let mean_out = if keepdim {
+        map(l, &[mean], cd, dtype, |_, v| v[0])?
+    } else {
+        let kept: Vec<Expr> = (0..x.sizes.len())
+            .filter(|k| !dims.contains(k))
+            .map(|k| x.sizes[k])
+            .collect();
+        let squeezed = super::views::view(l, mean, &kept)?;
+        map(l, &[squeezed], cd, dtype, |_, v| v[0])?
+    };
+    Ok((var, mean_out))
+}
+
+/// `native_layer_norm` (outputs: normalized, mean, rstd) and `rms_norm` over the last `k` dims.
+fn norm(l: &mut Lowerer, n: &GraphNode, x: LTensor, k: usize, rms: bool) -> R<Vec<LTensor>> {
+    let dtype = x.dtype;
+    if !dtype.is_float() {
+        return msg(format!(
+            "normalization needs a floating dtype, found {dtype}"
+        ));
+    }
+    let rank = x.sizes.len();
+    if k == 0 || k > rank {
+        return msg(format!(
+            "normalized_shape has {k} dimensions, the input {rank}"
+        ));
+    }
+    let dims: Vec<usize> = (rank - k..rank).collect();
+    let cd = compute_dtype(dtype);
+    let eps = match n.arg("eps") {
+        Some(Arg::Float(f)) => *f,
+        // rms_norm's default: the dtype's machine epsilon.
+        _ => match dtype {
+            DType::F64 => f64::EPSILON,
+            DType::F16 => 0.0009765625,
+            DType::BF16 => 0.0078125,
+            _ => f32::EPSILON as f64,
+        },
+    };
+    let count = dims.iter().fold(l.env.pool_mut().one(), |acc, &d| {
+        l.env.pool_mut().mul(acc, x.sizes[d])
+    });
+    let (centered, mean) = if rms {
+        (x.clone(), None)
+    } else {
+        let sum = l.reduction(&x, &dims, true, ReductionKind::Sum, cd, &n.name);
+        let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
+            c.body.binary(BinaryOp::Div, v[0], v[1])
+        })?;
+        let mean = l.realize(mean, &n.name);
+        let centered = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
+            c.body.binary(BinaryOp::Sub, v[0], v[1])
+        })?;
+        (centered, Some(mean))
+    };
+    let sq = map(l, std::slice::from_ref(&centered), cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Mul, v[0], v[0])
+    })?;
+    let ss = l.reduction(&sq, &dims, true, ReductionKind::Sum, cd, &n.name);
+    let rstd = map(l, &[ss, number(Scalar::Int(count))], cd, cd, move |c, v| {
+        let d = c.body.cast(v[1], c.body.dtype(v[0]));
+        let m = c.body.binary(BinaryOp::Div, v[0], d);
+        let e = c.body.constant(Constant::float(eps), c.body.dtype(v[0]));
+        let m = c.body.binary(BinaryOp::Add, m, e);
+        c.body.unary(UnaryOp::Rsqrt, m)
+    })?;
+    let rstd = l.realize(rstd, &n.name);
+    let mut out = map(l, &[centered, rstd.clone()], cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Mul, v[0], v[1])
+    })?;
+    for (arg, bin) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
+        if let Some(Arg::Tensor(_)) = n.arg(arg) {
+            let w = tensor(l, n, arg)?;
+            out = map(l, &[out, w], cd, cd, move |c, v| {
+                c.body.binary(bin, v[0], v[1])
+            })?;
+        }
+    }
+    let out = map(l, &[out], cd, dtype, |_, v| v[0])?;
+    if rms {
+        return Ok(vec![out]);
+    }
+    // mean and rstd in the input's dtype, as ATen's CPU kernel returns them.
+    let mean = map(
+        l,
+        &[mean.expect("layer norm has a mean")],
+        cd,
+        dtype,
+        |_, v| v[0],
+    )?;
+    let rstd = map(l, &[rstd], cd, dtype, |_, v| v[0])?;
+    Ok(vec![out, mean, rstd])
 }
