@@ -121,6 +121,91 @@ def layer_norm(kind):
     ], [t("ln", 0)])
 
 
+def rotary_nodes(prefix, x, heads, positions="positions", cache="cos_sin_cache"):
+    """Neox rotary embedding of x [N, heads*HD]; the result is f"{prefix}out"."""
+    half = HD // 2
+    p = prefix
+    return [
+        node(f"{p}cs", "aten.index_select.default", self=t(cache), dim=0, index=t(positions)),
+        node(f"{p}cos", "aten.slice.Tensor", self=t(f"{p}cs"), dim=1, start=0, end=half),
+        node(f"{p}sin", "aten.slice.Tensor", self=t(f"{p}cs"), dim=1, start=half, end=HD),
+        node(f"{p}cos3", "aten.unsqueeze.default", self=t(f"{p}cos"), dim=1),
+        node(f"{p}sin3", "aten.unsqueeze.default", self=t(f"{p}sin"), dim=1),
+        node(f"{p}x3", "aten.view.default", self=t(x), size=[N, heads, HD]),
+        node(f"{p}x1", "aten.slice.Tensor", self=t(f"{p}x3"), dim=2, start=0, end=half),
+        node(f"{p}x2", "aten.slice.Tensor", self=t(f"{p}x3"), dim=2, start=half, end=HD),
+        node(f"{p}a", "aten.mul.Tensor", self=t(f"{p}x1"), other=t(f"{p}cos3")),
+        node(f"{p}b", "aten.mul.Tensor", self=t(f"{p}x2"), other=t(f"{p}sin3")),
+        node(f"{p}o1", "aten.sub.Tensor", self=t(f"{p}a"), other=t(f"{p}b")),
+        node(f"{p}c", "aten.mul.Tensor", self=t(f"{p}x2"), other=t(f"{p}cos3")),
+        node(f"{p}d", "aten.mul.Tensor", self=t(f"{p}x1"), other=t(f"{p}sin3")),
+        node(f"{p}o2", "aten.add.Tensor", self=t(f"{p}c"), other=t(f"{p}d")),
+        node(f"{p}rot", "aten.cat.default", tensors=[t(f"{p}o1"), t(f"{p}o2")], dim=-1),
+        node(f"{p}rotb", "aten._to_copy.default", self=t(f"{p}rot"), dtype={"dtype": "bf16"}),
+        node(f"{p}out", "aten.view.default", self=t(f"{p}rotb"), size=[N, heads * HD]),
+    ]
+
+
+def mlp_nodes(p, x):
+    return [
+        node(f"{p}wgu_t", "aten.t.default", self=t("w_gate_up")),
+        node(f"{p}gate_up", "aten.mm.default", self=t(x), mat2=t(f"{p}wgu_t")),
+        node(f"{p}gate", "aten.slice.Tensor", self=t(f"{p}gate_up"), dim=1, start=0, end=I),
+        node(f"{p}up", "aten.slice.Tensor", self=t(f"{p}gate_up"), dim=1, start=I, end=2 * I),
+        node(f"{p}act", "aten.silu.default", self=t(f"{p}gate")),
+        node(f"{p}h", "aten.mul.Tensor", self=t(f"{p}act"), other=t(f"{p}up")),
+        node(f"{p}wd_t", "aten.t.default", self=t("w_down")),
+        node(f"{p}out", "aten.mm.default", self=t(f"{p}h"), mat2=t(f"{p}wd_t")),
+    ]
+
+
+KV = 2  # key/value heads (grouped-query attention: 2 query heads per key/value head)
+
+
+def llama_decoder_layer(kind):
+    qd, kd = HEADS * HD, KV * HD
+    nodes = rms_norm_nodes("in_", "x", "w_in")
+    nodes += [
+        node("wqkv_t", "aten.t.default", self=t("w_qkv")),
+        node("qkv", "aten.mm.default", self=t("in_out"), mat2=t("wqkv_t")),
+        node("q", "aten.slice.Tensor", self=t("qkv"), dim=1, start=0, end=qd),
+        node("k", "aten.slice.Tensor", self=t("qkv"), dim=1, start=qd, end=qd + kd),
+        node("v", "aten.slice.Tensor", self=t("qkv"), dim=1, start=qd + kd, end=qd + 2 * kd),
+    ]
+    nodes += rotary_nodes("qr_", "q", HEADS)
+    nodes += rotary_nodes("kr_", "k", KV)
+    nodes += [
+        node("q4", "aten.view.default", self=t("qr_out"), size=[1, N, HEADS, HD]),
+        node("k4", "aten.view.default", self=t("kr_out"), size=[1, N, KV, HD]),
+        node("v4", "aten.view.default", self=t("v"), size=[1, N, KV, HD]),
+        node("qh", "aten.permute.default", self=t("q4"), dims=[0, 2, 1, 3]),
+        node("kh", "aten.permute.default", self=t("k4"), dims=[0, 2, 1, 3]),
+        node("vh", "aten.permute.default", self=t("v4"), dims=[0, 2, 1, 3]),
+        node("attn", "aten.scaled_dot_product_attention.default", query=t("qh"), key=t("kh"), value=t("vh"),
+             is_causal=True, enable_gqa=True),
+        node("attn_t", "aten.permute.default", self=t("attn"), dims=[0, 2, 1, 3]),
+        node("attn_c", "aten.clone.default", self=t("attn_t"), memory_format="contiguous_format"),
+        node("attn2", "aten.view.default", self=t("attn_c"), size=[N, qd]),
+        node("wo_t", "aten.t.default", self=t("w_o")),
+        node("o", "aten.mm.default", self=t("attn2"), mat2=t("wo_t")),
+        node("res", "aten.add.Tensor", self=t("x"), other=t("o")),
+    ]
+    nodes += rms_norm_nodes("post_", "res", "w_post")
+    nodes += mlp_nodes("mlp_", "post_out")
+    nodes += [node("out", "aten.add.Tensor", self=t("res"), other=t("mlp_out"))]
+    return graph("llama_decoder_layer", kind, [
+        inp("x", "bf16", [N, H]),
+        inp("positions", "i64", [N]),
+        inp("cos_sin_cache", "f32", [2048, HD], "buffer"),
+        inp("w_in", "bf16", [H], "parameter"),
+        inp("w_qkv", "bf16", [qd + 2 * kd, H], "parameter"),
+        inp("w_o", "bf16", [H, qd], "parameter"),
+        inp("w_post", "bf16", [H], "parameter"),
+        inp("w_gate_up", "bf16", [2 * I, H], "parameter"),
+        inp("w_down", "bf16", [H, I], "parameter"),
+    ], nodes, [t("out")])
+
+
 def llama_mlp(kind):
     return graph("llama_mlp", kind, [
         inp("x", "bf16", [N, H]),
@@ -138,7 +223,8 @@ def llama_mlp(kind):
     ], [t("out")])
 
 
-EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp]
+EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp,
+            llama_decoder_layer]
 
 if __name__ == "__main__":
     for make in EXAMPLES:

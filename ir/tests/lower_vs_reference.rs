@@ -3,7 +3,7 @@
 //! primes and values far from the optimization hint, with torch.testing.assert_close's per-dtype
 //! tolerances.
 
-use guardless_ir::graph::{DType, Graph};
+use guardless_ir::graph::{DType, Graph, InputKind};
 use guardless_ir::loop_ir::interp::RunError;
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -21,19 +21,35 @@ fn tolerance(d: DType) -> (f64, f64) {
     }
 }
 
-/// Graphs whose elementwise comparison is loosened, and why. The absolute tolerance becomes the
-/// relative one times the largest reference magnitude (a norm-wise criterion).
-const LOOSE: &[(&str, &str)] = &[(
-    "llama_mlp",
-    "bf16: the fused silu·up rounds once where eager rounds twice (one bf16 ulp per element), and \
-     the 512-term down projection's cancellation magnifies that elementwise, not norm-wise",
-)];
+/// Graphs whose comparison is loosened, with the relative tolerance and why. Their absolute
+/// tolerance becomes that relative tolerance times the largest reference magnitude (norm-wise).
+const LOOSE: &[(&str, f64, &str)] = &[
+    (
+        "sdpa bf16",
+        1.6e-2,
+        "the decomposition rounds scores and probabilities to bf16 between the two matmuls, the \
+         reference once at the end",
+    ),
+    (
+        "llama_mlp",
+        1.6e-2,
+        "the fused silu·up rounds once where eager rounds twice (one bf16 ulp per element), and the \
+         512-term down projection's cancellation magnifies that elementwise, not norm-wise",
+    ),
+    (
+        "llama_decoder_layer",
+        5e-2,
+        "a dozen bf16 ops, each rounded where the fused loops are not, feed attention, whose softmax \
+         amplifies logit differences; measured: 3.3% of the largest magnitude after attention at n = 61",
+    ),
+];
 
 fn assert_close(what: &str, got: &HostTensor, want: &HostTensor) {
     assert_eq!(got.dtype, want.dtype, "{what}: dtype");
     assert_eq!(got.shape, want.shape, "{what}: shape");
-    let (rtol, mut atol) = tolerance(want.dtype);
-    if LOOSE.iter().any(|(name, _)| what.contains(name)) {
+    let (mut rtol, mut atol) = tolerance(want.dtype);
+    if let Some(&(_, loose, _)) = LOOSE.iter().find(|(name, _, _)| what.contains(name)) {
+        rtol = loose;
         let scale = (0..want.numel())
             .map(|i| want.get_f64(i).abs())
             .filter(|v| v.is_finite())
@@ -94,7 +110,19 @@ fn differential_ints(
                 .iter()
                 .map(|&d| graph.env.evaluate(d, &b).unwrap() as usize)
                 .collect();
-            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, ints)
+            let t = HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, ints);
+            // Parameters at a realistic scale (1/sqrt(fan-in)), so that activations stay O(1).
+            match (inp.kind, &t.data) {
+                (InputKind::Parameter, Data::Float(v)) if shape.len() > 1 => {
+                    let s = 1.0 / (*shape.last().unwrap() as f64).sqrt();
+                    HostTensor::from_f64(
+                        inp.dtype,
+                        &shape,
+                        &v.iter().map(|x| x * s).collect::<Vec<_>>(),
+                    )
+                }
+                _ => t,
+            }
         })
         .collect();
     let b = reference::bind_inputs(graph, &inputs, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -608,6 +636,50 @@ fn data_dependent_indexing_matches_the_reference_and_checks_bounds() {
                 seed,
                 false,
                 (-2, 9),
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_matches_the_reference() {
+    for (dtype, causal, gqa, mask) in [
+        ("f32", true, true, false),
+        ("f32", false, false, true),
+        ("bf16", true, true, false),
+        ("f32", false, true, false),
+    ] {
+        let hk = if gqa { 2 } else { 4 };
+        let mask_input = if mask {
+            r#", {"name": "m", "dtype": "bool", "shape": ["u0", "u0"]}"#
+        } else {
+            ""
+        };
+        let mask_arg = if mask {
+            r#", "attn_mask": {"tensor": "m"}"#
+        } else {
+            ""
+        };
+        let text = format!(
+            r#"{{"format": "guardless-graph", "version": 1,
+                "symbols": [{{"name": "u0", "kind": "unbacked", "max": 4096}}],
+                "inputs": [{{"name": "q", "dtype": "{dtype}", "shape": [2, 4, "u0", 8]}},
+                           {{"name": "k", "dtype": "{dtype}", "shape": [2, {hk}, "u0", 8]}},
+                           {{"name": "v", "dtype": "{dtype}", "shape": [2, {hk}, "u0", 8]}}{mask_input}],
+                "nodes": [{{"name": "out", "op": "aten.scaled_dot_product_attention.default",
+                            "args": {{"query": {{"tensor": "q"}}, "key": {{"tensor": "k"}}, "value": {{"tensor": "v"}},
+                                     "is_causal": {causal}, "enable_gqa": {gqa}{mask_arg}}}}}],
+                "outputs": [{{"tensor": "out"}}]}}"#
+        );
+        let g = Graph::from_json(&text).unwrap();
+        for (s, &u0) in [0i64, 1, 2, 3, 7, 13, 61].iter().enumerate() {
+            // A random boolean mask may hide a whole row: both sides give NaN there.
+            differential(
+                &format!("sdpa {dtype} causal={causal} gqa={gqa} mask={mask}"),
+                &g,
+                &[("u0", u0)],
+                s as u64,
+                false,
             );
         }
     }

@@ -232,6 +232,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 vec![var, mean]
             })
         }
+        "scaled_dot_product_attention" => one(sdpa(l, n)?),
         "_softmax" | "_log_softmax" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
@@ -996,4 +997,123 @@ fn norm(l: &mut Lowerer, n: &GraphNode, x: LTensor, k: usize, rms: bool) -> R<Ve
     )?;
     let rstd = map(l, &[rstd], cd, dtype, |_, v| v[0])?;
     Ok(vec![out, mean, rstd])
+}
+
+/// `scaled_dot_product_attention` by its decomposition: `softmax(q·kᵀ·scale + mask)·v`, with
+/// grouped-query heads read through an index map (no copy) and the causal mask as an index
+/// predicate. Inference only: a non-zero dropout is an error.
+fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let (q, k, v) = (
+        tensor(l, n, "query")?,
+        tensor(l, n, "key")?,
+        tensor(l, n, "value")?,
+    );
+    if q.sizes.len() != 4 || k.sizes.len() != 4 || v.sizes.len() != 4 {
+        return msg("expects 4-dimensional query, key and value [batch, heads, length, head dim]");
+    }
+    if !matches!(n.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
+        return msg("dropout is not supported (inference only)");
+    }
+    let (b, hq, lq, e) = (q.sizes[0], q.sizes[1], q.sizes[2], q.sizes[3]);
+    let (hk, s) = (k.sizes[1], k.sizes[2]);
+    let ev = v.sizes[3];
+    let head_dim = l
+        .env
+        .pool()
+        .as_const(e)
+        .ok_or_else(|| NodeError::Message("the head dimension must be a constant".into()))?;
+    let scale = match n.arg("scale") {
+        Some(Arg::Float(f)) => *f,
+        _ => 1.0 / (head_dim as f64).sqrt(),
+    };
+    // Grouped-query attention: query head h reads key/value head h / (hq / hk).
+    let rep = if hq == hk {
+        1
+    } else {
+        match (l.env.pool().as_const(hq), l.env.pool().as_const(hk)) {
+            (Some(a), Some(c)) if c > 0 && a % c == 0 => a / c,
+            _ => return msg("query heads must be a constant multiple of key/value heads"),
+        }
+    };
+    let repeat = |t: &LTensor| -> LTensor {
+        if rep == 1 {
+            return t.clone();
+        }
+        let inner = t.loader.clone();
+        let mut sizes = t.sizes.clone();
+        sizes[1] = hq;
+        let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+            let mut src = idx.to_vec();
+            let r = c.env.pool_mut().constant(rep);
+            src[1] = c.env.pool_mut().floordiv(idx[1], r);
+            inner(c, &src)
+        });
+        LTensor {
+            dtype: t.dtype,
+            sizes,
+            loader,
+            wrapped: false,
+            buffer: None,
+        }
+    };
+    let (k, v) = (repeat(&k), repeat(&v));
+    let bh = l.env.pool_mut().mul(b, hq);
+    let kt = super::views::permute(k, &[0, 1, 3, 2])?;
+    let q3 = super::views::view(l, q.clone(), &[bh, lq, e])?;
+    let kt3 = super::views::view(l, kt, &[bh, e, s])?;
+    let scores = matmul(l, n, q3, kt3, true)?;
+    let scores = super::views::view(l, scores, &[b, hq, lq, s])?;
+    let cd = compute_dtype(q.dtype);
+    let causal = matches!(n.arg("is_causal"), Some(Arg::Bool(true)));
+    let inner = scores.loader.clone();
+    let scaled: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let x = inner(c, idx);
+        let x = c.body.cast(x, cd);
+        let k = c.body.constant(Constant::float(scale), cd);
+        let x = c.body.binary(BinaryOp::Mul, x, k);
+        if !causal {
+            return x;
+        }
+        // Top-left aligned, as torch: key j is visible to query i when j <= i.
+        let visible = c.env.pool_mut().le(idx[3], idx[2]);
+        let m = c.body.index(visible);
+        let m = c.body.cast(m, DType::Bool);
+        let ninf = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
+        c.body.where_(m, x, ninf)
+    });
+    let mut logits = LTensor {
+        dtype: cd,
+        sizes: scores.sizes.clone(),
+        loader: scaled,
+        wrapped: false,
+        buffer: None,
+    };
+    match n.arg("attn_mask") {
+        Some(Arg::Tensor(_)) => {
+            let mask = tensor(l, n, "attn_mask")?;
+            logits = if mask.dtype == DType::Bool {
+                map(l, &[logits, mask], cd, cd, move |c, v| {
+                    let m = c.body.cast(v[1], DType::Bool);
+                    let ninf = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
+                    c.body.where_(m, v[0], ninf)
+                })?
+            } else {
+                map(l, &[logits, mask], cd, cd, |c, v| {
+                    c.body.binary(BinaryOp::Add, v[0], v[1])
+                })?
+            };
+        }
+        None | Some(Arg::None) => {}
+        other => {
+            return msg(format!(
+                "attn_mask: expected a tensor or null, found {other:?}"
+            ))
+        }
+    }
+    let probs = softmax(l, n, logits, 3, false)?;
+    let probs = map(l, &[probs], cd, q.dtype, |_, v| v[0])?;
+    let p3 = super::views::view(l, probs, &[bh, lq, s])?;
+    let v3 = super::views::view(l, v, &[bh, s, ev])?;
+    let out = matmul(l, n, p3, v3, true)?;
+    super::views::view(l, out, &[b, hq, lq, ev])
 }

@@ -881,6 +881,73 @@ pub(super) fn run_node(
             };
             Ok(vec![y, stats(&mean), stats(&rstd)])
         }
+        "scaled_dot_product_attention" => {
+            let (q, k, v) = (n.tensor("query")?, n.tensor("key")?, n.tensor("value")?);
+            if q.shape.len() != 4 || k.shape.len() != 4 || v.shape.len() != 4 {
+                return fail("expects 4-dimensional query, key and value");
+            }
+            if !matches!(node.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
+                return fail("dropout is not supported");
+            }
+            let (b, hq, lq, e) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+            let (hk, s, ev) = (k.shape[1], k.shape[2], v.shape[3]);
+            if hk == 0 || hq % hk != 0 {
+                return fail("query heads must be a multiple of key/value heads");
+            }
+            let rep = hq / hk;
+            let scale = match node.arg("scale") {
+                Some(Arg::Float(f)) => *f,
+                _ => 1.0 / (e as f64).sqrt(),
+            };
+            let causal = n.flag("is_causal");
+            let mask = match node.arg("attn_mask") {
+                Some(Arg::Tensor(r)) => Some(get(r)),
+                _ => None,
+            };
+            let (qs, ks, vs) = (strides(&q.shape), strides(&k.shape), strides(&v.shape));
+            let mut vals = Vec::with_capacity(b * hq * lq * ev);
+            for bi in 0..b {
+                for h in 0..hq {
+                    let kh = h / rep;
+                    for i in 0..lq {
+                        let mut logits = vec![0.0f64; s];
+                        for (j, lg) in logits.iter_mut().enumerate() {
+                            let dot: f64 = (0..e)
+                                .map(|t| {
+                                    elem(&q, flat(&[bi, h, i, t], &qs)).f()
+                                        * elem(&k, flat(&[bi, kh, j, t], &ks)).f()
+                                })
+                                .sum();
+                            let mut x = dot * scale;
+                            if causal && j > i {
+                                x = f64::NEG_INFINITY;
+                            }
+                            if let Some(m) = &mask {
+                                let mv = at(&Operand::Tensor(m.clone()), &[bi, h, i, j]);
+                                if m.dtype == DType::Bool {
+                                    if mv.i() == 0 {
+                                        x = f64::NEG_INFINITY;
+                                    }
+                                } else {
+                                    x += mv.f();
+                                }
+                            }
+                            *lg = x;
+                        }
+                        let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
+                        let total: f64 = ex.iter().sum();
+                        for c in 0..ev {
+                            let acc: f64 = (0..s)
+                                .map(|j| ex[j] / total * elem(&v, flat(&[bi, kh, j, c], &vs)).f())
+                                .sum();
+                            vals.push(E::F(acc));
+                        }
+                    }
+                }
+            }
+            out(build(q.dtype, vec![b, hq, lq, ev], vals))
+        }
         "_softmax" | "_log_softmax" => {
             let x = n.tensor("self")?;
             if !x.dtype.is_float() {
