@@ -104,6 +104,24 @@ impl Program {
                         Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
                     });
                 }
+                BufferKind::Item { input, symbol } => {
+                    let v = storage[input.index()]
+                        .first()
+                        .copied()
+                        .ok_or_else(|| fail("item() of an empty tensor".into()))?
+                        .i();
+                    let range = self.env.symbol_range(*symbol);
+                    if !range.contains(v) {
+                        return Err(fail(format!(
+                            "{} = {v} is outside its range {range}",
+                            self.env.symbol_name(*symbol)
+                        )));
+                    }
+                    b.set(*symbol, v);
+                    self.check_bound_asserts(&b).map_err(fail)?;
+                    storage.push(Vec::new());
+                    continue;
+                }
                 BufferKind::Extern {
                     kernel,
                     inputs: args,
@@ -373,6 +391,19 @@ impl Program {
             vals.push(store(dtype, v));
         }
         Ok(vals[body.result.expect("body has a result").0 as usize])
+    }
+}
+
+impl Program {
+    /// Checks the runtime asserts whose symbols are all bound (a data-dependent symbol was just
+    /// produced).
+    fn check_bound_asserts(&self, b: &Bindings) -> Result<(), String> {
+        for &a in self.env.runtime_asserts() {
+            if let Ok(0) = self.env.evaluate(a, b) {
+                return Err(format!("runtime assert '{}' failed", self.env.text(a)));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -105,6 +105,12 @@ pub enum BufferKind {
         kernel: ExternKernel,
         inputs: Vec<BufferId>,
     },
+    /// `.item()`: reads the one element of `input` into the unbacked symbol `symbol` (checked
+    /// against its range and the runtime asserts that only involve bound symbols). Holds no data.
+    Item {
+        input: BufferId,
+        symbol: crate::sym::SymbolId,
+    },
 }
 
 /// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is

@@ -25,6 +25,19 @@ impl Program {
                         list(&b.layout.strides)
                     );
                 }
+                BufferKind::Item { input, symbol } => {
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let _ = writeln!(
+                        out,
+                        "item {} = {}[0]{from}",
+                        env.symbol_name(*symbol),
+                        self.buffers[input.index()].name
+                    );
+                }
                 BufferKind::Extern { kernel, inputs } => {
                     let args: Vec<&str> = inputs
                         .iter()

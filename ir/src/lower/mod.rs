@@ -320,6 +320,18 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
+    /// Reads the one element of `input` into `symbol` at run time.
+    pub(crate) fn add_item(&mut self, input: BufferId, symbol: crate::sym::SymbolId, origin: &str) {
+        let layout = Layout::contiguous(&mut self.env, &[]);
+        self.buffers.push(Buffer {
+            name: format!("item{}", self.buffers.len()),
+            dtype: DType::I64,
+            layout,
+            kind: BufferKind::Item { input, symbol },
+            origins: vec![origin.to_string()],
+        });
+    }
+
     pub(crate) fn add_extern(
         &mut self,
         kernel: crate::loop_ir::ExternKernel,

@@ -416,6 +416,25 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             })
         }
         "arange" => one(arange(l, n, overload)?),
+        "_local_scalar_dense" => {
+            let x = tensor(l, n, "self")?;
+            let sym = n
+                .symbol
+                .ok_or_else(|| NodeError::Message("needs the \"symbol\" it produces".into()))?;
+            let numel = x.sizes.iter().fold(l.env.pool_mut().one(), |acc, &s| {
+                l.env.pool_mut().mul(acc, s)
+            });
+            let one = l.env.pool_mut().one();
+            let c = l.env.pool_mut().eq(numel, one);
+            if !l.env.statically_known_true(c) {
+                l.env.check(c).map_err(|_| {
+                    NodeError::Message("item() of a tensor with more than one element".into())
+                })?;
+            }
+            let x = l.realize(x, &n.name);
+            l.add_item(x.buffer.expect("realized"), sym, &n.name);
+            Ok(Vec::new())
+        }
         "_assert_scalar" => {
             if let Some(Arg::SymBool(c)) = n.arg("self") {
                 l.env

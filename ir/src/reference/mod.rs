@@ -37,6 +37,7 @@ pub fn run(
     bindings: &Bindings,
 ) -> Result<Vec<HostTensor>, RefError> {
     let mut values: Vec<Vec<HostTensor>> = Vec::with_capacity(graph.nodes.len());
+    let mut bindings = bindings.clone();
     for node in &graph.nodes {
         let get = |r: &TensorRef| -> HostTensor {
             match r.producer {
@@ -44,18 +45,34 @@ pub fn run(
                 Producer::Node(n) => values[n][r.index.unwrap_or(0)].clone(),
             }
         };
-        let outs = ops::run_node(graph, node, &get, bindings).map_err(|e| match e {
+        let err = |message: String| RefError::Node {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            message,
+        };
+        let outs = ops::run_node(graph, node, &get, &bindings).map_err(|e| match e {
             None => RefError::Unsupported {
                 node: node.name.clone(),
                 op: node.op.clone(),
             },
-            Some(message) => RefError::Node {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                message,
-            },
+            Some(message) => err(message),
         })?;
-        values.push(outs);
+        // `.item()`: the value becomes its symbol's, checked against its range and the asserts.
+        if let (Some(sym), Some(t)) = (node.symbol, outs.first()) {
+            if t.numel() != 1 {
+                return Err(err(format!("item() of a tensor of {} elements", t.numel())));
+            }
+            bindings.set(sym, t.get_f64(0) as i64);
+            graph
+                .env
+                .check_bindings(&bindings)
+                .map_err(|e| err(e.to_string()))?;
+        }
+        values.push(if node.symbol.is_some() {
+            Vec::new()
+        } else {
+            outs
+        });
     }
     Ok(graph
         .outputs

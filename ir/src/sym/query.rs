@@ -274,7 +274,8 @@ impl ShapeEnv {
     }
 
     /// Checks run-time values against every declared range and deferred assert; the error names the
-    /// symbol or the assert.
+    /// symbol or the assert. An assert over a symbol without a value yet (one a data-dependent op
+    /// produces later) is skipped: it is checked once that value exists.
     pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
         for (i, st) in self.syms.iter().enumerate() {
             let id = SymbolId(i as u32);
@@ -289,10 +290,14 @@ impl ShapeEnv {
             }
         }
         for &a in self.runtime_asserts() {
-            if self.evaluate(a, bindings)? == 0 {
-                return Err(SymError::AssertFailed {
-                    assert: self.text(a),
-                });
+            match self.evaluate(a, bindings) {
+                Ok(0) => {
+                    return Err(SymError::AssertFailed {
+                        assert: self.text(a),
+                    })
+                }
+                Err(SymError::Eval(super::eval::EvalError::Unbound { .. })) | Ok(_) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
