@@ -32,6 +32,11 @@ fn check_prints_symbols_inputs_ops_and_outputs() {
     );
     assert!(out.contains("x        bf16[n, 4096]  user"), "{out}");
     assert!(out.contains("aten.mul.Tensor                  x2"), "{out}");
+    assert!(out.contains("inferred:\n"), "{out}");
+    assert!(
+        out.contains("ms           aten.mean.dim                        f32[n, 1]"),
+        "{out}"
+    );
     let (ok, out, _) = guardless(&["check", &example("rms_norm.backed.json")]);
     assert!(
         ok && out.contains("n        backed    range [1, 65536]  hint 512"),
@@ -53,6 +58,20 @@ fn check_reports_bad_graphs_with_the_file_and_position() {
     assert!(!ok);
     assert!(
         err.contains("bad.json") && err.contains("line 4, column 14"),
+        "{err}"
+    );
+    let stated = dir.join("stated.json");
+    std::fs::write(
+        &stated,
+        r#"{"format": "guardless-graph", "version": 1, "symbols": [{"name": "n", "kind": "unbacked"}],
+            "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 4]}],
+            "nodes": [{"name": "y", "op": "aten.neg.default", "args": {"self": {"tensor": "x"}}, "shape": ["n", 3]}],
+            "outputs": [{"tensor": "y"}]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = guardless(&["check", stated.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("node 'y' (aten.neg.default): stated shape [n, 3], inferred [n, 4]"),
         "{err}"
     );
     let (ok, _, err) = guardless(&["check", dir.join("missing.json").to_str().unwrap()]);

@@ -10,7 +10,46 @@ use guardless_ir::sym::{SymbolId, SymbolKind};
 pub fn run(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let g = Graph::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(summary(&g))
+    let mut out = summary(&g);
+    // Shapes as lowering infers them (it also checks the stated ones).
+    match guardless_ir::lower::lower_with_shapes(&g) {
+        Ok((program, shapes)) => {
+            let _ = writeln!(out, "inferred:");
+            for (node, outs) in g.nodes.iter().zip(&shapes) {
+                let list: Vec<String> = outs
+                    .iter()
+                    .map(|(d, s)| {
+                        format!(
+                            "{d}[{}]",
+                            s.iter()
+                                .map(|&e| program.env.text(e))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })
+                    .collect();
+                let shown = if list.is_empty() {
+                    "(no output)".to_string()
+                } else {
+                    list.join(", ")
+                };
+                let _ = writeln!(out, "  {:<12} {:<36} {shown}", node.name, node.op);
+            }
+            let extra = program.env.runtime_asserts().len() - g.env.runtime_asserts().len();
+            if extra > 0 {
+                let _ = writeln!(out, "lowering added {extra} runtime assert(s):");
+                for &a in &program.env.runtime_asserts()[g.env.runtime_asserts().len()..] {
+                    let _ = writeln!(out, "  {}", program.env.text(a));
+                }
+            }
+        }
+        Err(e @ guardless_ir::lower::LowerError::Unsupported { .. }) => {
+            let _ = writeln!(out, "shapes not inferred: {e}");
+        }
+        // A stated shape that contradicts the op, a size mismatch, … : the graph is wrong.
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    Ok(out)
 }
 
 fn summary(g: &Graph) -> String {

@@ -55,9 +55,23 @@ pub struct LTensor {
 
 /// Lowers a graph to a loop-level program.
 pub fn lower(graph: &Graph) -> Result<Program, LowerError> {
+    lower_with_shapes(graph).map(|(p, _)| p)
+}
+
+/// The dtype and symbolic shape of every output of every node, as lowering infers them.
+pub type NodeShapes = Vec<Vec<(DType, Vec<Expr>)>>;
+
+/// Lowers a graph and also returns what it inferred for each node (printable with the program's
+/// environment).
+pub fn lower_with_shapes(graph: &Graph) -> Result<(Program, NodeShapes), LowerError> {
     let mut l = Lowerer::new(graph);
     l.run()?;
-    Ok(l.finish())
+    let shapes = l
+        .values
+        .iter()
+        .map(|outs| outs.iter().map(|t| (t.dtype, t.sizes.clone())).collect())
+        .collect();
+    Ok((l.finish(), shapes))
 }
 
 pub(crate) struct Lowerer<'g> {
