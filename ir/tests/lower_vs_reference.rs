@@ -557,6 +557,31 @@ fn ops_with_several_outputs_match_the_reference() {
             r#"{"tensor": "out"}"#,
         ),
         (
+            "aten.max.dim",
+            r#"{"self": {"tensor": "x"}, "dim": 1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.max.dim",
+            r#"{"self": {"tensor": "i"}, "dim": 0, "keepdim": true}"#,
+            r#"{"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.argmax.default",
+            r#"{"self": {"tensor": "z"}, "dim": -1}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.argmax.default",
+            r#"{"self": {"tensor": "h"}}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.argmax.default",
+            r#"{"self": {"tensor": "x"}, "keepdim": true}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
             "aten.cat.default",
             r#"{"tensors": [{"tensor": "x"}, {"tensor": "i"}, {"tensor": "x"}], "dim": 0}"#,
             r#"{"tensor": "out"}"#,

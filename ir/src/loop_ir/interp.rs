@@ -276,9 +276,11 @@ impl Program {
     ) -> Result<V, String> {
         let total: i64 = rranges.iter().product();
         let dtype = body.dtype(body.result.expect("body has a result"));
-        if total <= 0 && matches!(kind, ReductionKind::Max | ReductionKind::Min) {
+        if total <= 0 && !matches!(kind, ReductionKind::Sum | ReductionKind::Any) {
             return Err(format!("{} over an empty range", kind.name()));
         }
+        let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
+        let mut best: Option<(V, i64)> = None;
         let mut acc: Option<V> = None;
         let mut ridx = vec![0i64; rranges.len()];
         for _ in 0..total.max(0) {
@@ -292,10 +294,22 @@ impl Program {
                 );
             }
             let v = self.eval_body(body, b, storage)?;
-            acc = Some(match acc {
-                None => v,
-                Some(a) => combine(kind, dtype, a, v),
-            });
+            if arg {
+                let position = ridx.iter().zip(rranges).fold(0i64, |p, (&i, &n)| p * n + i);
+                best = match best {
+                    None => Some((v, position)),
+                    Some((bv, bp)) => Some(if better(kind, dtype, v, bv) {
+                        (v, position)
+                    } else {
+                        (bv, bp)
+                    }),
+                };
+            } else {
+                acc = Some(match acc {
+                    None => v,
+                    Some(a) => combine(kind, dtype, a, v),
+                });
+            }
             for k in (0..ridx.len()).rev() {
                 ridx[k] += 1;
                 if ridx[k] < rranges[k] {
@@ -303,6 +317,9 @@ impl Program {
                 }
                 ridx[k] = 0;
             }
+        }
+        if let Some((_, position)) = best {
+            return Ok(V::I(position));
         }
         Ok(match acc {
             Some(a) => a,
@@ -424,6 +441,29 @@ impl super::Layout {
     }
 }
 
+/// Whether `v` replaces the current best `b` of an arg-reduction (strictly better, or the first NaN).
+fn better(kind: ReductionKind, dtype: DType, v: V, b: V) -> bool {
+    if dtype.is_float() {
+        let (x, y) = (v.f(), b.f());
+        if y.is_nan() {
+            return false;
+        }
+        if x.is_nan() {
+            return true;
+        }
+        return if kind == ReductionKind::ArgMax {
+            x > y
+        } else {
+            x < y
+        };
+    }
+    if kind == ReductionKind::ArgMax {
+        v.i() > b.i()
+    } else {
+        v.i() < b.i()
+    }
+}
+
 fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
     match (kind, dtype.is_float()) {
         (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
@@ -442,6 +482,9 @@ fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
         (ReductionKind::Max, false) => V::I(a.i().max(v.i())),
         (ReductionKind::Min, false) => V::I(a.i().min(v.i())),
         (ReductionKind::Any, _) => V::I(i64::from(a.i() != 0 || v.i() != 0)),
+        (ReductionKind::ArgMax | ReductionKind::ArgMin, _) => {
+            unreachable!("arg-reductions keep a position")
+        }
     }
 }
 

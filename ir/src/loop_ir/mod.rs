@@ -71,6 +71,10 @@ pub enum ReductionKind {
     Max,
     Min,
     Any,
+    /// The position (row-major over the reduced dimensions) of the first maximum; NaN counts as
+    /// the maximum, as in ATen. The result is i64.
+    ArgMax,
+    ArgMin,
 }
 
 impl ReductionKind {
@@ -80,6 +84,8 @@ impl ReductionKind {
             ReductionKind::Max => "max",
             ReductionKind::Min => "min",
             ReductionKind::Any => "any",
+            ReductionKind::ArgMax => "argmax",
+            ReductionKind::ArgMin => "argmin",
         }
     }
 }

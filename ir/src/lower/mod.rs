@@ -325,7 +325,11 @@ impl<'g> Lowerer<'g> {
             },
             &idx,
         );
-        let v = body.cast(v, compute_dtype(acc));
+        // An arg-reduction compares the values as they are and stores a position.
+        let v = match kind {
+            ReductionKind::ArgMax | ReductionKind::ArgMin => v,
+            _ => body.cast(v, compute_dtype(acc)),
+        };
         let loops = Loops {
             ranges: out_sizes.clone(),
             vars,

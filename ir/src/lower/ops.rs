@@ -212,6 +212,29 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "clone" | "alias" => one(tensor(l, n, "self")?),
         "sum" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
+        "argmax" | "max" if name == "argmax" || overload == "dim" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let keepdim = matches!(n.arg("keepdim"), Some(Arg::Bool(true)));
+            let dims: Vec<usize> = match n.arg("dim") {
+                None | Some(Arg::None) => (0..rank).collect(),
+                _ => vec![dim_arg(l, n, "dim", rank)?],
+            };
+            let dims: Vec<usize> = dims.into_iter().filter(|&d| d < rank).collect();
+            let idx = l.reduction(
+                &x,
+                &dims,
+                keepdim,
+                ReductionKind::ArgMax,
+                DType::I64,
+                &n.name,
+            );
+            if name == "argmax" {
+                return one(idx);
+            }
+            let values = l.reduction(&x, &dims, keepdim, ReductionKind::Max, x.dtype, &n.name);
+            Ok(vec![values, idx])
+        }
         "native_layer_norm" | "rms_norm" => {
             let x = tensor(l, n, "input")?;
             let normalized = ints(n, "normalized_shape")?;

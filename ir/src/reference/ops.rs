@@ -747,6 +747,68 @@ pub(super) fn run_node(
                 }
             }
         }
+        "argmax" | "max" if name == "argmax" || overload == "dim" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let all = matches!(node.arg("dim"), None | Some(Arg::None));
+            let dims: Vec<usize> = if all {
+                (0..rank).collect()
+            } else {
+                vec![wrap(n.int("dim")?, rank)?]
+            };
+            let dims: Vec<usize> = dims.into_iter().filter(|&d| d < rank).collect();
+            let keep = n.flag("keepdim");
+            let red: Vec<usize> = dims.iter().map(|&d| x.shape[d]).collect();
+            let count: usize = red.iter().product();
+            if count == 0 {
+                return fail("argmax over an empty dimension");
+            }
+            let kept: Vec<usize> = (0..rank).filter(|k| !dims.contains(k)).collect();
+            let kept_shape: Vec<usize> = kept.iter().map(|&k| x.shape[k]).collect();
+            let st = strides(&x.shape);
+            let (mut idxs, mut vals) = (Vec::new(), Vec::new());
+            for i in 0..kept_shape.iter().product::<usize>() {
+                let ki = unflatten(i, &kept_shape);
+                let mut best: Option<(f64, usize)> = None;
+                for j in 0..count {
+                    let ri = unflatten(j, &red);
+                    let mut idx = vec![0; rank];
+                    for (a, &k) in kept.iter().enumerate() {
+                        idx[k] = ki[a];
+                    }
+                    for (a, &k) in dims.iter().enumerate() {
+                        idx[k] = ri[a];
+                    }
+                    let v = elem(&x, flat(&idx, &st)).f();
+                    best = match best {
+                        None => Some((v, j)),
+                        Some((b, _)) if !b.is_nan() && (v.is_nan() || v > b) => Some((v, j)),
+                        keep_best => keep_best,
+                    };
+                }
+                let (v, j) = best.expect("non-empty");
+                idxs.push(E::I(j as i64));
+                vals.push(if x.dtype.is_float() {
+                    E::F(v)
+                } else {
+                    E::I(v as i64)
+                });
+            }
+            let shape: Vec<usize> = (0..rank)
+                .filter_map(|k| {
+                    if dims.contains(&k) {
+                        keep.then_some(1)
+                    } else {
+                        Some(x.shape[k])
+                    }
+                })
+                .collect();
+            let indices = build(DType::I64, shape.clone(), idxs);
+            if name == "argmax" {
+                return out(indices);
+            }
+            Ok(vec![build(x.dtype, shape, vals), indices])
+        }
         "native_layer_norm" | "rms_norm" | "var" | "var_mean" => {
             let x = n.tensor(if name.starts_with("var") {
                 "self"
