@@ -363,6 +363,22 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             };
             one(super::views::indexed(l, src, index, dim, name)?)
         }
+        "index" => {
+            let x = tensor(l, n, "self")?;
+            let refs = match n.arg("indices") {
+                Some(Arg::Tensors(v)) => v.clone(),
+                other => {
+                    return msg(format!(
+                        "argument 'indices': expected tensors, found {other:?}"
+                    ))
+                }
+            };
+            let idx: Vec<Option<LTensor>> = refs
+                .iter()
+                .map(|r| r.map(|r| l.tensor(&r)).transpose())
+                .collect::<Result<_, _>>()?;
+            one(super::views::advanced_index(l, x, idx)?)
+        }
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),

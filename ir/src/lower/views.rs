@@ -804,3 +804,90 @@ pub(super) fn indexed(
         buffer: None,
     })
 }
+
+/// `index.Tensor` with integer index tensors (`None` keeps a dimension whole): the index tensors
+/// broadcast together; their dimensions replace the indexed ones in place when those are adjacent,
+/// else come first (NumPy's rule). Negative indices count from the end; each index is bounds-checked
+/// at run time. Boolean masks select a data-dependent number of elements and are not lowered yet.
+pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTensor>>) -> R<LTensor> {
+    let rank = x.sizes.len();
+    if idx.len() > rank {
+        return Err(NodeError::Message(format!(
+            "{} indices for a tensor of {rank} dimensions",
+            idx.len()
+        )));
+    }
+    let positions: Vec<usize> = idx
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_some())
+        .map(|(k, _)| k)
+        .collect();
+    let tensors: Vec<LTensor> = idx.into_iter().flatten().collect();
+    if tensors.is_empty() {
+        return Ok(x);
+    }
+    for t in &tensors {
+        if t.dtype == crate::graph::DType::Bool || t.dtype == crate::graph::DType::U8 {
+            return Err(NodeError::Unsupported);
+        }
+        if t.dtype.is_float() {
+            return Err(NodeError::Message("indices must be integers".into()));
+        }
+    }
+    let (bsizes, tensors) = broadcast(l, &tensors)?;
+    let adjacent = positions.windows(2).all(|w| w[1] == w[0] + 1);
+    let first = positions[0];
+    let rest: Vec<usize> = (0..rank).filter(|k| !positions.contains(k)).collect();
+    // Output dims: [before…, B…, after…] when adjacent, else [B…, rest…].
+    let before: Vec<usize> = if adjacent {
+        rest.iter().copied().filter(|&k| k < first).collect()
+    } else {
+        Vec::new()
+    };
+    let after: Vec<usize> = rest
+        .iter()
+        .copied()
+        .filter(|k| !before.contains(k))
+        .collect();
+    let mut sizes: Vec<Expr> = before.iter().map(|&k| x.sizes[k]).collect();
+    sizes.extend(&bsizes);
+    sizes.extend(after.iter().map(|&k| x.sizes[k]));
+    let (nb, nbefore) = (bsizes.len(), before.len());
+    let inner = x.loader.clone();
+    let src_sizes = x.sizes.clone();
+    let loaders: Vec<Loader> = tensors.iter().map(|t| t.loader.clone()).collect();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, out: &[Expr]| {
+        let b_idx = &out[nbefore..nbefore + nb];
+        let mut src = vec![c.env.pool_mut().zero(); rank];
+        for (a, &k) in before.iter().enumerate() {
+            src[k] = out[a];
+        }
+        for (a, &k) in after.iter().enumerate() {
+            src[k] = out[nbefore + nb + a];
+        }
+        for (ld, &p) in loaders.iter().zip(&positions) {
+            let v = ld(c, b_idx);
+            let v = c.body.cast(v, crate::graph::DType::I64);
+            // A negative index counts from the end.
+            let zero = c
+                .body
+                .constant(crate::loop_ir::Constant::Int(0), crate::graph::DType::I64);
+            let neg = c.body.binary(crate::loop_ir::BinaryOp::Lt, v, zero);
+            let size = c.body.index(src_sizes[p]);
+            let wrapped = c.body.binary(crate::loop_ir::BinaryOp::Add, v, size);
+            let v = c.body.where_(neg, wrapped, v);
+            let t = c.env.new_index_var("t", src_sizes[p]);
+            c.body.bind(t, v, src_sizes[p]);
+            src[p] = t;
+        }
+        inner(c, &src)
+    });
+    Ok(LTensor {
+        dtype: x.dtype,
+        sizes,
+        loader,
+        wrapped: false,
+        buffer: None,
+    })
+}
