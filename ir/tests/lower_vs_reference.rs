@@ -363,6 +363,18 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("aten.any.dim", r#"{"self": {"tensor": "m"}, "dim": 1}"#),
     (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "x"}, "dim": 0}"#,
+    ),
+    (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "m"}, "dim": -1}"#,
+    ),
+    (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "z"}, "dim": 1, "dtype": {"dtype": "f64"}}"#,
+    ),
+    (
         "aten._softmax.default",
         r#"{"self": {"tensor": "x"}, "dim": -1, "half_to_float": false}"#,
     ),

@@ -104,6 +104,31 @@ impl Program {
                         Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
                     });
                 }
+                BufferKind::Scan { input, dim } => {
+                    // The input is contiguous with the same shape: running sums along `dim`.
+                    let sizes: Vec<i64> = buf
+                        .layout
+                        .sizes
+                        .iter()
+                        .map(|&s| eval(&b, s))
+                        .collect::<Result<_, _>>()?;
+                    let src = &storage[input.index()];
+                    let inner: i64 = sizes[dim + 1..].iter().product();
+                    let len = sizes[*dim];
+                    let mut acc = src.clone();
+                    for k in 0..acc.len() as i64 {
+                        // Not the first along `dim`: add the running sum of the previous element.
+                        if inner > 0 && len > 0 && (k / inner) % len > 0 {
+                            let prev = acc[(k - inner) as usize];
+                            acc[k as usize] = store(
+                                buf.dtype,
+                                combine(ReductionKind::Sum, buf.dtype, prev, acc[k as usize]),
+                            );
+                        }
+                    }
+                    storage.push(acc);
+                    continue;
+                }
                 BufferKind::Item { input, symbol } => {
                     let v = storage[input.index()]
                         .first()

@@ -117,6 +117,8 @@ pub enum BufferKind {
         input: BufferId,
         symbol: crate::sym::SymbolId,
     },
+    /// An inclusive prefix sum of `input` (same shape and dtype) along dimension `dim`.
+    Scan { input: BufferId, dim: usize },
 }
 
 /// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is

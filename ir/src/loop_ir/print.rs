@@ -25,6 +25,19 @@ impl Program {
                         list(&b.layout.strides)
                     );
                 }
+                BufferKind::Scan { input, dim } => {
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let _ = writeln!(
+                        out,
+                        "buffer {} (#{i}): {shape} = cumsum {} along {dim}{from}",
+                        b.name,
+                        self.buffers[input.index()].name
+                    );
+                }
                 BufferKind::Item { input, symbol } => {
                     let from = if b.origins.is_empty() {
                         String::new()

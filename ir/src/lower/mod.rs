@@ -338,6 +338,27 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
+    /// The inclusive prefix sum of the contiguous buffer `input` along `dim`.
+    pub(crate) fn add_scan(
+        &mut self,
+        input: BufferId,
+        dim: usize,
+        dtype: DType,
+        sizes: &[Expr],
+        origin: &str,
+    ) -> LTensor {
+        let layout = Layout::contiguous(&mut self.env, sizes);
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(Buffer {
+            name: format!("buf{}", id.0),
+            dtype,
+            layout: layout.clone(),
+            kind: BufferKind::Scan { input, dim },
+            origins: vec![origin.to_string()],
+        });
+        buffer_tensor(id, dtype, layout)
+    }
+
     /// Reads the one element of `input` into `symbol` at run time.
     pub(crate) fn add_item(&mut self, input: BufferId, symbol: crate::sym::SymbolId, origin: &str) {
         let layout = Layout::contiguous(&mut self.env, &[]);

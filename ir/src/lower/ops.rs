@@ -363,6 +363,29 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             };
             one(super::views::indexed(l, src, index, dim, name)?)
         }
+        "cumsum" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let dim = dim_arg(l, n, "dim", rank)?;
+            let dtype = match n.arg("dtype") {
+                Some(Arg::DType(d)) => *d,
+                _ if x.dtype.is_float() => x.dtype,
+                _ => DType::I64,
+            };
+            let from = x.dtype;
+            let cast = map(l, &[x], from, dtype, |_, v| v[0])?;
+            let input = l.realize(cast, &n.name);
+            if rank == 0 {
+                return one(input);
+            }
+            one(l.add_scan(
+                input.buffer.expect("realized"),
+                dim,
+                dtype,
+                &input.sizes,
+                &n.name,
+            ))
+        }
         "index" => {
             let x = tensor(l, n, "self")?;
             let refs = match n.arg("indices") {

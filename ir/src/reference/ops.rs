@@ -1332,6 +1332,31 @@ pub(super) fn run_node(
             }
             out(build(src.dtype, shape, vals))
         }
+        "cumsum" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let d = n.dtype("dtype").unwrap_or(if x.dtype.is_float() {
+                x.dtype
+            } else {
+                DType::I64
+            });
+            if rank == 0 {
+                return out(build(d, vec![], vec![to(d, elem(&x, 0))]));
+            }
+            let dim = wrap(n.int("dim")?, rank)?;
+            let inner: usize = x.shape[dim + 1..].iter().product();
+            let len = x.shape[dim];
+            let mut vals: Vec<E> = (0..x.numel()).map(|i| to(d, elem(&x, i))).collect();
+            for k in 0..vals.len() {
+                if inner > 0 && len > 0 && (k / inner) % len > 0 {
+                    vals[k] = match (vals[k - inner], vals[k]) {
+                        (E::F(a), E::F(b)) => E::F(a + b),
+                        (a, b) => E::I(a.i().wrapping_add(b.i())),
+                    };
+                }
+            }
+            out(build(d, x.shape.clone(), vals))
+        }
         "index" => {
             let x = n.tensor("self")?;
             let rank = x.shape.len();
