@@ -223,8 +223,33 @@ def llama_mlp(kind):
     ], [t("out")])
 
 
+EXPERTS = 4
+
+
+def moe_routing(kind):
+    """Top-1 routing: each token goes to its highest-scoring expert; per expert, `nonzero` gives the
+    (unbacked) number of tokens routed there and their rows are gathered."""
+    counts = [{"name": f"c{e}", "kind": "unbacked", "max": 65536} for e in range(EXPERTS)]
+    nodes = [
+        node("wr_t", "aten.t.default", self=t("w_router")),
+        node("logits", "aten.mm.default", self=t("x"), mat2=t("wr_t")),
+        node("expert", "aten.argmax.default", self=t("logits"), dim=-1),
+    ]
+    outputs = []
+    for e in range(EXPERTS):
+        nodes += [
+            node(f"is{e}", "aten.eq.Scalar", self=t("expert"), other=e),
+            {**node(f"nz{e}", "aten.nonzero.default", self=t(f"is{e}")), "shape": [f"c{e}", 1]},
+            node(f"tok{e}", "aten.view.default", self=t(f"nz{e}"), size=[f"c{e}"]),
+            node(f"rows{e}", "aten.index.Tensor", self=t("x"), indices=[t(f"tok{e}")]),
+        ]
+        outputs += [t(f"tok{e}"), t(f"rows{e}")]
+    return graph("moe_routing", kind, [inp("x", "bf16", [N, H]), inp("w_router", "bf16", [EXPERTS, H], "parameter")],
+                 nodes, outputs, symbols=counts)
+
+
 EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp,
-            llama_decoder_layer]
+            llama_decoder_layer, moe_routing]
 
 if __name__ == "__main__":
     for make in EXAMPLES:

@@ -690,6 +690,47 @@ fn data_dependent_indexing_matches_the_reference_and_checks_bounds() {
 }
 
 #[test]
+fn data_dependent_counts_match_the_reference() {
+    for (op, args, shape) in [
+        (
+            "aten.nonzero.default",
+            r#"{"self": {"tensor": "i"}}"#,
+            r#"["c", 2]"#,
+        ),
+        (
+            "aten.masked_select.default",
+            r#"{"self": {"tensor": "x"}, "mask": {"tensor": "m"}}"#,
+            r#"["c"]"#,
+        ),
+        (
+            "aten.masked_select.default",
+            r#"{"self": {"tensor": "y"}, "mask": {"tensor": "m"}}"#,
+            r#"["c"]"#,
+        ),
+    ] {
+        let text = one_op_text(op, args)
+            .replace(r#""args": "#, &format!(r#""shape": {shape}, "args": "#))
+            .replace(
+                r#""symbols": ["#,
+                r#""symbols": [{"name": "c", "kind": "unbacked", "max": 20}, "#,
+            );
+        let g = Graph::from_json(&text).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let mut compared = 0;
+        for (s, &u0) in SIZES.iter().enumerate() {
+            compared += usize::from(differential(
+                &format!("{op} {args}"),
+                &g,
+                &[("u0", u0)],
+                s as u64,
+                false,
+            ));
+        }
+        // c is at most 20: at u0 = 257 the count exceeds it and both refuse.
+        assert!(compared >= 4, "{op}: compared at only {compared} sizes");
+    }
+}
+
+#[test]
 fn attention_matches_the_reference() {
     for (dtype, causal, gqa, mask) in [
         ("f32", true, true, false),

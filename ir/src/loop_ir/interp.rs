@@ -76,6 +76,58 @@ impl Program {
             };
             let eval =
                 |b: &Bindings, e: Expr| self.env.evaluate(e, b).map_err(|e| fail(e.to_string()));
+            // A data-dependent output binds its count before its size can be known.
+            if let BufferKind::Select { input, mask, count } = &buf.kind {
+                let src = &storage[input.index()];
+                let picked: Vec<usize> = match mask {
+                    Some(m) => storage[m.index()]
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, v)| v.i() != 0)
+                        .map(|(k, _)| k)
+                        .collect(),
+                    None => src
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, v)| v.f() != 0.0)
+                        .map(|(k, _)| k)
+                        .collect(),
+                };
+                let n = picked.len() as i64;
+                let range = self.env.symbol_range(*count);
+                if !range.contains(n) {
+                    return Err(fail(format!(
+                        "{} = {n} is outside its range {range}",
+                        self.env.symbol_name(*count)
+                    )));
+                }
+                b.set(*count, n);
+                self.check_bound_asserts(&b).map_err(fail)?;
+                let out = match mask {
+                    Some(_) => picked.iter().map(|&k| src[k]).collect(),
+                    None => {
+                        let shape: Vec<i64> = self.buffers[input.index()]
+                            .layout
+                            .sizes
+                            .iter()
+                            .map(|&s| eval(&b, s))
+                            .collect::<Result<_, _>>()?;
+                        let mut out = Vec::with_capacity(picked.len() * shape.len());
+                        for &k in &picked {
+                            let mut rest = k as i64;
+                            let mut idx = vec![0i64; shape.len()];
+                            for d in (0..shape.len()).rev() {
+                                idx[d] = rest % shape[d].max(1);
+                                rest /= shape[d].max(1);
+                            }
+                            out.extend(idx.into_iter().map(V::I));
+                        }
+                        out
+                    }
+                };
+                storage.push(out);
+                continue;
+            }
             let numel =
                 buf.layout
                     .sizes
@@ -104,6 +156,7 @@ impl Program {
                         Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
                     });
                 }
+                BufferKind::Select { .. } => unreachable!("handled before the size is computed"),
                 BufferKind::Scan { input, dim } => {
                     // The input is contiguous with the same shape: running sums along `dim`.
                     let sizes: Vec<i64> = buf

@@ -119,6 +119,15 @@ pub enum BufferKind {
     },
     /// An inclusive prefix sum of `input` (same shape and dtype) along dimension `dim`.
     Scan { input: BufferId, dim: usize },
+    /// `nonzero` (`mask: None`: the indices `[count, rank]` of the non-zero elements of `input`) or
+    /// `masked_select` (the elements of `input` where `mask` holds, `[count]`; both contiguous and
+    /// of one shape). `count` is the unbacked symbol bound to the number found, checked against
+    /// its range.
+    Select {
+        input: BufferId,
+        mask: Option<BufferId>,
+        count: crate::sym::SymbolId,
+    },
 }
 
 /// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is

@@ -25,6 +25,27 @@ impl Program {
                         list(&b.layout.strides)
                     );
                 }
+                BufferKind::Select { input, mask, count } => {
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let what = match mask {
+                        Some(m) => format!(
+                            "masked_select {} where {}",
+                            self.buffers[input.index()].name,
+                            self.buffers[m.index()].name
+                        ),
+                        None => format!("nonzero {}", self.buffers[input.index()].name),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "buffer {} (#{i}): {shape} = {what}, binding {}{from}",
+                        b.name,
+                        env.symbol_name(*count)
+                    );
+                }
                 BufferKind::Scan { input, dim } => {
                     let from = if b.origins.is_empty() {
                         String::new()

@@ -338,6 +338,28 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
+    /// `nonzero` / `masked_select`: a data-dependent output whose count binds `count`.
+    pub(crate) fn add_select(
+        &mut self,
+        input: BufferId,
+        mask: Option<BufferId>,
+        count: crate::sym::SymbolId,
+        dtype: DType,
+        sizes: &[Expr],
+        origin: &str,
+    ) -> LTensor {
+        let layout = Layout::contiguous(&mut self.env, sizes);
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(Buffer {
+            name: format!("buf{}", id.0),
+            dtype,
+            layout: layout.clone(),
+            kind: BufferKind::Select { input, mask, count },
+            origins: vec![origin.to_string()],
+        });
+        buffer_tensor(id, dtype, layout)
+    }
+
     /// The inclusive prefix sum of the contiguous buffer `input` along `dim`.
     pub(crate) fn add_scan(
         &mut self,

@@ -363,6 +363,50 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             };
             one(super::views::indexed(l, src, index, dim, name)?)
         }
+        "nonzero" | "masked_select" => {
+            // The number found is the unbacked symbol the node states as its first dimension.
+            let count = n
+                .shape
+                .as_ref()
+                .and_then(|s| s.first())
+                .and_then(|&e| l.env.pool().as_symbol(e))
+                .ok_or_else(|| {
+                    NodeError::Message(
+                        "must state its \"shape\" with the unbacked count symbol first".into(),
+                    )
+                })?;
+            let x = tensor(l, n, "self")?;
+            let (input, mask, sizes) = if name == "nonzero" {
+                let rank = l.env.pool_mut().constant(x.sizes.len() as i64);
+                let count_e = l.env.pool_mut().symbol_expr(count);
+                let input = l.realize(x, &n.name);
+                (input, None, vec![count_e, rank])
+            } else {
+                let mask = tensor(l, n, "mask")?;
+                let (_, ex) = super::views::broadcast(l, &[x, mask])?;
+                let mut ex = ex.into_iter();
+                let x = ex.next().expect("two");
+                let m = ex.next().expect("two");
+                let m = map(l, &[m], DType::Bool, DType::Bool, |_, v| v[0])?;
+                let count_e = l.env.pool_mut().symbol_expr(count);
+                let input = l.realize(x, &n.name);
+                let mask = l.realize(m, &n.name);
+                (input, Some(mask.buffer.expect("realized")), vec![count_e])
+            };
+            let dtype = if name == "nonzero" {
+                DType::I64
+            } else {
+                input.dtype
+            };
+            one(l.add_select(
+                input.buffer.expect("realized"),
+                mask,
+                count,
+                dtype,
+                &sizes,
+                &n.name,
+            ))
+        }
         "cumsum" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();

@@ -68,6 +68,21 @@ pub fn run(
                 .check_bindings(&bindings)
                 .map_err(|e| err(e.to_string()))?;
         }
+        // A data-dependent count (nonzero, masked_select) is the symbol of its stated first size.
+        if let (Some(&first), Some(t)) = (node.shape.as_ref().and_then(|s| s.first()), outs.first())
+        {
+            let counted = matches!(
+                node.op.as_str(),
+                "aten.nonzero.default" | "aten.masked_select.default"
+            );
+            if let (Some(sym), true) = (graph.env.pool().as_symbol(first), counted) {
+                bindings.set(sym, t.shape[0] as i64);
+                graph
+                    .env
+                    .check_bindings(&bindings)
+                    .map_err(|e| err(e.to_string()))?;
+            }
+        }
         values.push(if node.symbol.is_some() {
             Vec::new()
         } else {

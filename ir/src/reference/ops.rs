@@ -1332,6 +1332,35 @@ pub(super) fn run_node(
             }
             out(build(src.dtype, shape, vals))
         }
+        "nonzero" | "masked_select" => {
+            let x = n.operand("self")?;
+            if name == "nonzero" {
+                let Operand::Tensor(x) = x else {
+                    return fail("nonzero of a number");
+                };
+                let rank = x.shape.len();
+                let picked: Vec<usize> =
+                    (0..x.numel()).filter(|&k| elem(&x, k).f() != 0.0).collect();
+                let vals = picked
+                    .iter()
+                    .flat_map(|&k| unflatten(k, &x.shape))
+                    .map(|i| E::I(i as i64))
+                    .collect();
+                return out(build(DType::I64, vec![picked.len(), rank], vals));
+            }
+            let mask = n.operand("mask")?;
+            let d = result_type(&[&x])?;
+            let shape = broadcast_shape(&[&x, &mask])?;
+            let mut vals = Vec::new();
+            for i in 0..shape.iter().product::<usize>() {
+                let idx = unflatten(i, &shape);
+                if at(&mask, &idx).i() != 0 {
+                    vals.push(at(&x, &idx));
+                }
+            }
+            let count = vals.len();
+            out(build(d, vec![count], vals))
+        }
         "cumsum" => {
             let x = n.tensor("self")?;
             let rank = x.shape.len();
