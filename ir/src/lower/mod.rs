@@ -338,12 +338,10 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
-    /// `nonzero` / `masked_select`: a data-dependent output whose count binds `count`.
-    pub(crate) fn add_select(
+    /// A new contiguous buffer computed as `kind`, read back as a tensor.
+    pub(crate) fn add_buffer(
         &mut self,
-        input: BufferId,
-        mask: Option<BufferId>,
-        count: crate::sym::SymbolId,
+        kind: BufferKind,
         dtype: DType,
         sizes: &[Expr],
         origin: &str,
@@ -354,63 +352,15 @@ impl<'g> Lowerer<'g> {
             name: format!("buf{}", id.0),
             dtype,
             layout: layout.clone(),
-            kind: BufferKind::Select { input, mask, count },
+            kind,
             origins: vec![origin.to_string()],
         });
         buffer_tensor(id, dtype, layout)
     }
 
-    /// The inclusive prefix sum of the contiguous buffer `input` along `dim`.
-    pub(crate) fn add_scan(
-        &mut self,
-        input: BufferId,
-        dim: usize,
-        dtype: DType,
-        sizes: &[Expr],
-        origin: &str,
-    ) -> LTensor {
-        let layout = Layout::contiguous(&mut self.env, sizes);
-        let id = BufferId(self.buffers.len() as u32);
-        self.buffers.push(Buffer {
-            name: format!("buf{}", id.0),
-            dtype,
-            layout: layout.clone(),
-            kind: BufferKind::Scan { input, dim },
-            origins: vec![origin.to_string()],
-        });
-        buffer_tensor(id, dtype, layout)
-    }
-
-    /// Reads the one element of `input` into `symbol` at run time.
+    /// Reads the one element of `input` into `symbol` at run time (a buffer that holds no data).
     pub(crate) fn add_item(&mut self, input: BufferId, symbol: crate::sym::SymbolId, origin: &str) {
-        let layout = Layout::contiguous(&mut self.env, &[]);
-        self.buffers.push(Buffer {
-            name: format!("item{}", self.buffers.len()),
-            dtype: DType::I64,
-            layout,
-            kind: BufferKind::Item { input, symbol },
-            origins: vec![origin.to_string()],
-        });
-    }
-
-    pub(crate) fn add_extern(
-        &mut self,
-        kernel: crate::loop_ir::ExternKernel,
-        inputs: Vec<BufferId>,
-        dtype: DType,
-        sizes: &[Expr],
-        origin: &str,
-    ) -> LTensor {
-        let layout = Layout::contiguous(&mut self.env, sizes);
-        let id = BufferId(self.buffers.len() as u32);
-        self.buffers.push(Buffer {
-            name: format!("buf{}", id.0),
-            dtype,
-            layout: layout.clone(),
-            kind: BufferKind::Extern { kernel, inputs },
-            origins: vec![origin.to_string()],
-        });
-        buffer_tensor(id, dtype, layout)
+        self.add_buffer(BufferKind::Item { input, symbol }, DType::I64, &[], origin);
     }
 
     fn add_computed(
@@ -421,16 +371,7 @@ impl<'g> Lowerer<'g> {
         body: Body,
         origin: &str,
     ) -> LTensor {
-        let layout = Layout::contiguous(&mut self.env, sizes);
-        let id = BufferId(self.buffers.len() as u32);
-        self.buffers.push(Buffer {
-            name: format!("buf{}", id.0),
-            dtype,
-            layout: layout.clone(),
-            kind: BufferKind::Computed { loops, body },
-            origins: vec![origin.to_string()],
-        });
-        buffer_tensor(id, dtype, layout)
+        self.add_buffer(BufferKind::Computed { loops, body }, dtype, sizes, origin)
     }
 }
 

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use super::promote::{compute_dtype, result_type};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
-use crate::loop_ir::{BinaryOp, Constant, ReductionKind, UnaryOp, ValueId};
+use crate::loop_ir::{BinaryOp, BufferKind, Constant, ReductionKind, UnaryOp, ValueId};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -398,14 +398,12 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             } else {
                 input.dtype
             };
-            one(l.add_select(
-                input.buffer.expect("realized"),
+            let kind = BufferKind::Select {
+                input: input.buffer.expect("realized"),
                 mask,
                 count,
-                dtype,
-                &sizes,
-                &n.name,
-            ))
+            };
+            one(l.add_buffer(kind, dtype, &sizes, &n.name))
         }
         "cumsum" => {
             let x = tensor(l, n, "self")?;
@@ -422,13 +420,11 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             if rank == 0 {
                 return one(input);
             }
-            one(l.add_scan(
-                input.buffer.expect("realized"),
+            let kind = BufferKind::Scan {
+                input: input.buffer.expect("realized"),
                 dim,
-                dtype,
-                &input.sizes,
-                &n.name,
-            ))
+            };
+            one(l.add_buffer(kind, dtype, &input.sizes, &n.name))
         }
         "index" => {
             let x = tensor(l, n, "self")?;
@@ -972,9 +968,9 @@ fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool)
     } else {
         crate::loop_ir::ExternKernel::Mm
     };
-    Ok(l.add_extern(
-        kernel,
-        vec![a.buffer.expect("realized"), b.buffer.expect("realized")],
+    let inputs = vec![a.buffer.expect("realized"), b.buffer.expect("realized")];
+    Ok(l.add_buffer(
+        BufferKind::Extern { kernel, inputs },
         a.dtype,
         &sizes,
         &n.name,
