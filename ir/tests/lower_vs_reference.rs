@@ -207,6 +207,8 @@ const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "x"}, "approximate": "tanh"}"#,
     ),
     ("aten.logical_not.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.bitwise_not.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.bitwise_not.default", r#"{"self": {"tensor": "m"}}"#),
     (
         "aten.add.Tensor",
         r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}, "alpha": 2}"#,

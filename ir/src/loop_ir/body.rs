@@ -28,6 +28,8 @@ pub enum UnaryOp {
     Erf,
     Reciprocal,
     LogicalNot,
+    /// `~x`: bitwise complement of integers, logical not of bools.
+    BitNot,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]

@@ -572,6 +572,8 @@ fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
             UnaryOp::Neg => V::I(a.i().wrapping_neg()),
             UnaryOp::Abs => V::I(a.i().wrapping_abs()),
             UnaryOp::Relu => V::I(a.i().max(0)),
+            UnaryOp::BitNot if dtype == DType::Bool => V::I(i64::from(a.i() == 0)),
+            UnaryOp::BitNot => V::I(!a.i()),
             _ => V::F(unary(u, V::F(a.f()), DType::F64).f()),
         };
     }
@@ -598,6 +600,7 @@ fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
         UnaryOp::Erf => libm::erf(x),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::LogicalNot => return V::I(i64::from(a.f() == 0.0)),
+        UnaryOp::BitNot => f64::NAN,
     })
 }
 

@@ -74,6 +74,16 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let dtype = float_of(x.dtype);
             one(map(l, &[x], dtype, dtype, move |c, v| gelu(c, v[0], tanh))?)
         }
+        "bitwise_not" => {
+            let x = tensor(l, n, "self")?;
+            if x.dtype.is_float() {
+                return msg("bitwise_not needs an integer or bool tensor");
+            }
+            let dtype = x.dtype;
+            one(map(l, &[x], dtype, dtype, |c, v| {
+                c.body.unary(UnaryOp::BitNot, v[0])
+            })?)
+        }
         "logical_not" => {
             let x = tensor(l, n, "self")?;
             let dtype = x.dtype;

@@ -491,6 +491,23 @@ pub(super) fn run_node(
                 }))
             })?)
         }
+        "bitwise_not" => {
+            let x = n.tensor("self")?;
+            if x.dtype.is_float() {
+                return fail("bitwise_not needs an integer or bool tensor");
+            }
+            let vals = (0..x.numel())
+                .map(|i| {
+                    let v = elem(&x, i).i();
+                    E::I(if x.dtype == DType::Bool {
+                        i64::from(v == 0)
+                    } else {
+                        !v
+                    })
+                })
+                .collect();
+            out(build(x.dtype, x.shape.clone(), vals))
+        }
         "logical_not" => {
             let x = n.operand("self")?;
             let d = result_type(&[&x])?;
