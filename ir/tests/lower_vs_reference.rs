@@ -733,6 +733,47 @@ fn data_dependent_counts_match_the_reference() {
 }
 
 #[test]
+fn tensor_metadata_asserts_are_checked() {
+    let text = one_op_text(
+        "aten._assert_tensor_metadata.default",
+        r#"{"a": {"tensor": "x"}, "size": ["u0", 5], "dtype": {"dtype": "f32"}}"#,
+    )
+    .replace(
+        r#""outputs": [{"tensor": "out"}]"#,
+        r#""outputs": [{"tensor": "x"}]"#,
+    );
+    let g2 = Graph::from_json(&text).unwrap();
+    assert!(lower(&g2).is_ok());
+    let bad = one_op_text(
+        "aten._assert_tensor_metadata.default",
+        r#"{"a": {"tensor": "x"}, "dtype": {"dtype": "bf16"}}"#,
+    )
+    .replace(
+        r#""outputs": [{"tensor": "out"}]"#,
+        r#""outputs": [{"tensor": "x"}]"#,
+    );
+    let err = lower(&Graph::from_json(&bad).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the tensor is f32, the metadata says bf16"),
+        "{err}"
+    );
+    let sized = one_op_text(
+        "aten._assert_tensor_metadata.default",
+        r#"{"a": {"tensor": "x"}, "size": [3, 5]}"#,
+    )
+    .replace(
+        r#""outputs": [{"tensor": "out"}]"#,
+        r#""outputs": [{"tensor": "x"}]"#,
+    );
+    let gs = Graph::from_json(&sized).unwrap();
+    // u0 must be 3 at run time: a runtime assert, refused at other sizes by both.
+    assert!(differential("metadata", &gs, &[("u0", 3)], 1, false));
+    assert!(!differential("metadata", &gs, &[("u0", 4)], 1, false));
+}
+
+#[test]
 fn attention_matches_the_reference() {
     for (dtype, causal, gqa, mask) in [
         ("f32", true, true, false),

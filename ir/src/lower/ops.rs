@@ -555,7 +555,34 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             }
             Ok(Vec::new())
         }
-        "sym_constrain_range_for_size" | "_assert_tensor_metadata" => Ok(Vec::new()),
+        "_assert_tensor_metadata" => {
+            // Checked, not dropped: a dtype that differs is an error now, sizes are runtime asserts.
+            let a = tensor(l, n, "a")?;
+            if let Some(Arg::DType(d)) = n.arg("dtype") {
+                if *d != a.dtype {
+                    return msg(format!("the tensor is {}, the metadata says {d}", a.dtype));
+                }
+            }
+            if let Some(Arg::Ints(sizes)) = n.arg("size") {
+                if sizes.len() != a.sizes.len() {
+                    return msg(format!(
+                        "the tensor has {} dimensions, the metadata {}",
+                        a.sizes.len(),
+                        sizes.len()
+                    ));
+                }
+                for (&want, &have) in sizes.iter().zip(&a.sizes) {
+                    let c = l.env.pool_mut().eq(want, have);
+                    if !l.env.statically_known_true(c) {
+                        l.env
+                            .check(c)
+                            .map_err(|e| NodeError::Message(e.to_string()))?;
+                    }
+                }
+            }
+            Ok(Vec::new())
+        }
+        "sym_constrain_range_for_size" => Ok(Vec::new()),
         _ => Err(NodeError::Unsupported),
     }
 }

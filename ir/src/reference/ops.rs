@@ -1687,7 +1687,27 @@ pub(super) fn run_node(
             Ok(Vec::new())
         }
         "_local_scalar_dense" => out(n.tensor("self")?),
-        "sym_constrain_range_for_size" | "_assert_tensor_metadata" => Ok(Vec::new()),
+        "_assert_tensor_metadata" => {
+            let a = n.tensor("a")?;
+            if let Some(d) = n.dtype("dtype") {
+                if d != a.dtype {
+                    return fail(format!("the tensor is {}, the metadata says {d}", a.dtype));
+                }
+            }
+            if let Some(Arg::Ints(_)) = node.arg("size") {
+                let want = n.ints("size")?;
+                if want.len() != a.shape.len()
+                    || want.iter().zip(&a.shape).any(|(&w, &h)| w != h as i64)
+                {
+                    return fail(format!(
+                        "the tensor has shape {:?}, the metadata says {want:?}",
+                        a.shape
+                    ));
+                }
+            }
+            Ok(Vec::new())
+        }
+        "sym_constrain_range_for_size" => Ok(Vec::new()),
         _ => Err(None),
     }
 }
