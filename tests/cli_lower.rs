@@ -50,12 +50,12 @@ fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected loop-ir"));
     let dir = std::env::temp_dir().join(format!("guardless-cli-lower-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let g = dir.join("sort.json");
+    let g = dir.join("histc.json");
     std::fs::write(
         &g,
         r#"{"format": "guardless-graph", "version": 1, "inputs": [{"name": "a", "dtype": "f32", "shape": [2, 3]}],
-            "nodes": [{"name": "p", "op": "aten.sort.default", "args": {"self": {"tensor": "a"}}}],
-            "outputs": [{"tensor": "p", "index": 0}]}"#,
+            "nodes": [{"name": "p", "op": "aten.histc.default", "args": {"self": {"tensor": "a"}}}],
+            "outputs": [{"tensor": "p"}]}"#,
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
@@ -65,7 +65,7 @@ fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("node 'p' (aten.sort.default) is not lowered yet"),
+        err.contains("node 'p' (aten.histc.default) is not lowered yet"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();

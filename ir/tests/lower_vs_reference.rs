@@ -576,6 +576,31 @@ fn ops_with_several_outputs_match_the_reference() {
             r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
         ),
         (
+            "aten.sort.default",
+            r#"{"self": {"tensor": "x"}, "dim": 1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.sort.default",
+            r#"{"self": {"tensor": "i"}, "dim": 0, "descending": true}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.sort.stable",
+            r#"{"self": {"tensor": "h"}, "stable": true}"#,
+            r#"{"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.topk.default",
+            r#"{"self": {"tensor": "x"}, "k": 3}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.topk.default",
+            r#"{"self": {"tensor": "z"}, "k": 1, "dim": 1, "largest": false}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
             "aten.max.dim",
             r#"{"self": {"tensor": "i"}, "dim": 0, "keepdim": true}"#,
             r#"{"tensor": "out", "index": 1}"#,

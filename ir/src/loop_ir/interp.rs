@@ -157,6 +157,46 @@ impl Program {
                     });
                 }
                 BufferKind::Select { .. } => unreachable!("handled before the size is computed"),
+                BufferKind::Sort {
+                    input,
+                    dim,
+                    descending,
+                    take,
+                    indices,
+                } => {
+                    let in_sizes: Vec<i64> = self.buffers[input.index()]
+                        .layout
+                        .sizes
+                        .iter()
+                        .map(|&s| eval(&b, s))
+                        .collect::<Result<_, _>>()?;
+                    let len = in_sizes[*dim];
+                    let keep = match take {
+                        Some(k) => eval(&b, *k)?,
+                        None => len,
+                    };
+                    if keep < 0 || keep > len {
+                        return Err(fail(format!("selected {keep} of {len} elements")));
+                    }
+                    let inner: i64 = in_sizes[dim + 1..].iter().product();
+                    let outer: i64 = in_sizes[..*dim].iter().product();
+                    let src = &storage[input.index()];
+                    let mut out = vec![V::I(0); (outer * keep * inner).max(0) as usize];
+                    for o in 0..outer {
+                        for i in 0..inner {
+                            let mut line: Vec<(V, i64)> = (0..len)
+                                .map(|j| (src[((o * len + j) * inner + i) as usize], j))
+                                .collect();
+                            line.sort_by(|a, c| order_key(a.0, c.0, *descending));
+                            for (j, &(v, at)) in line.iter().take(keep as usize).enumerate() {
+                                out[((o * keep + j as i64) * inner + i) as usize] =
+                                    if *indices { V::I(at) } else { v };
+                            }
+                        }
+                    }
+                    storage.push(out);
+                    continue;
+                }
                 BufferKind::Scan { input, dim } => {
                     // The input is contiguous with the same shape: running sums along `dim`.
                     let sizes: Vec<i64> = buf
@@ -516,6 +556,25 @@ impl super::Layout {
             at += s * i;
         }
         Ok(at)
+    }
+}
+
+/// The order of a sort: NaN above every number; descending reverses it (the sort is stable, so
+/// equal values keep their positions' order either way).
+fn order_key(a: V, c: V, descending: bool) -> std::cmp::Ordering {
+    let o = match (a, c) {
+        (V::F(x), V::F(y)) => match (x.is_nan(), y.is_nan()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ => x.partial_cmp(&y).expect("not NaN"),
+        },
+        _ => a.i().cmp(&c.i()),
+    };
+    if descending {
+        o.reverse()
+    } else {
+        o
     }
 }
 

@@ -119,6 +119,15 @@ pub enum BufferKind {
     },
     /// An inclusive prefix sum of `input` (same shape and dtype) along dimension `dim`.
     Scan { input: BufferId, dim: usize },
+    /// `sort`/`topk` of the contiguous `input` along `dim`: each line ordered (stable; NaN above
+    /// every number), the first `take` kept (all when `None`); the values or their positions.
+    Sort {
+        input: BufferId,
+        dim: usize,
+        descending: bool,
+        take: Option<Expr>,
+        indices: bool,
+    },
     /// `nonzero` (`mask: None`: the indices `[count, rank]` of the non-zero elements of `input`) or
     /// `masked_select` (the elements of `input` where `mask` holds, `[count]`; both contiguous and
     /// of one shape). `count` is the unbacked symbol bound to the number found, checked against

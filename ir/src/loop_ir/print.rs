@@ -46,6 +46,29 @@ impl Program {
                         env.symbol_name(*count)
                     );
                 }
+                BufferKind::Sort {
+                    input,
+                    dim,
+                    descending,
+                    take,
+                    indices,
+                } => {
+                    let from = if b.origins.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  # {}", b.origins.join(", "))
+                    };
+                    let order = if *descending {
+                        "descending"
+                    } else {
+                        "ascending"
+                    };
+                    let take = take
+                        .map(|k| format!(", first {}", env.text(k)))
+                        .unwrap_or_default();
+                    let what = if *indices { "indices" } else { "values" };
+                    let _ = writeln!(out, "buffer {} (#{i}): {shape} = sort {} along {dim} {order}{take} ({what}){from}", b.name, self.buffers[input.index()].name);
+                }
                 BufferKind::Scan { input, dim } => {
                     let from = if b.origins.is_empty() {
                         String::new()

@@ -415,6 +415,76 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             };
             one(l.add_buffer(kind, dtype, &sizes, &n.name))
         }
+        "sort" | "topk" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let dim = if rank == 0 {
+                0
+            } else {
+                dim_arg(l, n, "dim", rank)?
+            };
+            let descending = matches!(
+                n.arg(if name == "topk" {
+                    "largest"
+                } else {
+                    "descending"
+                }),
+                Some(Arg::Bool(true))
+            );
+            let mut sizes = x.sizes.clone();
+            let take = if name == "topk" {
+                let k = int(n, "k")?;
+                if rank > 0 {
+                    let p = l.env.pool_mut();
+                    let zero = p.zero();
+                    let lo = p.ge(k, zero);
+                    let hi = p.le(k, sizes[dim]);
+                    let ok = p.and(&[lo, hi]);
+                    if !l.env.statically_known_true(ok) {
+                        l.env
+                            .check(ok)
+                            .map_err(|_| NodeError::Message("topk: k is out of range".into()))?;
+                    }
+                    sizes[dim] = k;
+                }
+                Some(k)
+            } else {
+                None
+            };
+            let dtype = x.dtype;
+            let input = l.realize(x, &n.name);
+            if rank == 0 {
+                let zero = number(Scalar::Int(l.env.pool_mut().zero()));
+                let idx = map(l, &[zero], DType::I64, DType::I64, |_, v| v[0])?;
+                return Ok(vec![input, idx]);
+            }
+            let id = input.buffer.expect("realized");
+            let values = l.add_buffer(
+                BufferKind::Sort {
+                    input: id,
+                    dim,
+                    descending,
+                    take,
+                    indices: false,
+                },
+                dtype,
+                &sizes,
+                &n.name,
+            );
+            let indices = l.add_buffer(
+                BufferKind::Sort {
+                    input: id,
+                    dim,
+                    descending,
+                    take,
+                    indices: true,
+                },
+                DType::I64,
+                &sizes,
+                &n.name,
+            );
+            Ok(vec![values, indices])
+        }
         "cumsum" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();
