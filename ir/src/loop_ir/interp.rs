@@ -93,16 +93,8 @@ impl Program {
                         .map(|(k, _)| k)
                         .collect(),
                 };
-                let n = picked.len() as i64;
-                let range = self.env.symbol_range(*count);
-                if !range.contains(n) {
-                    return Err(fail(format!(
-                        "{} = {n} is outside its range {range}",
-                        self.env.symbol_name(*count)
-                    )));
-                }
-                b.set(*count, n);
-                self.check_bound_asserts(&b).map_err(fail)?;
+                self.bind_produced(&mut b, *count, picked.len() as i64)
+                    .map_err(fail)?;
                 let out = match mask {
                     Some(_) => picked.iter().map(|&k| src[k]).collect(),
                     None => {
@@ -228,15 +220,7 @@ impl Program {
                         .copied()
                         .ok_or_else(|| fail("item() of an empty tensor".into()))?
                         .i();
-                    let range = self.env.symbol_range(*symbol);
-                    if !range.contains(v) {
-                        return Err(fail(format!(
-                            "{} = {v} is outside its range {range}",
-                            self.env.symbol_name(*symbol)
-                        )));
-                    }
-                    b.set(*symbol, v);
-                    self.check_bound_asserts(&b).map_err(fail)?;
+                    self.bind_produced(&mut b, *symbol, v).map_err(fail)?;
                     storage.push(Vec::new());
                     continue;
                 }
@@ -530,6 +514,24 @@ impl Program {
 }
 
 impl Program {
+    /// Binds a symbol a data-dependent op produced, checking its range and the asserts it completes.
+    fn bind_produced(
+        &self,
+        b: &mut Bindings,
+        symbol: crate::sym::SymbolId,
+        v: i64,
+    ) -> Result<(), String> {
+        let range = self.env.symbol_range(symbol);
+        if !range.contains(v) {
+            return Err(format!(
+                "{} = {v} is outside its range {range}",
+                self.env.symbol_name(symbol)
+            ));
+        }
+        b.set(symbol, v);
+        self.check_bound_asserts(b)
+    }
+
     /// Checks the runtime asserts whose symbols are all bound (a data-dependent symbol was just
     /// produced).
     fn check_bound_asserts(&self, b: &Bindings) -> Result<(), String> {

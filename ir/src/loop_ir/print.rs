@@ -16,6 +16,11 @@ impl Program {
         };
         for (i, b) in self.buffers.iter().enumerate() {
             let shape = format!("{}[{}]", b.dtype, list(&b.layout.sizes));
+            let from = if b.origins.is_empty() {
+                String::new()
+            } else {
+                format!("  # {}", b.origins.join(", "))
+            };
             match &b.kind {
                 BufferKind::Input(n) => {
                     let _ = writeln!(
@@ -26,11 +31,6 @@ impl Program {
                     );
                 }
                 BufferKind::Select { input, mask, count } => {
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
-                    };
                     let what = match mask {
                         Some(m) => format!(
                             "masked_select {} where {}",
@@ -53,11 +53,6 @@ impl Program {
                     take,
                     indices,
                 } => {
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
-                    };
                     let order = if *descending {
                         "descending"
                     } else {
@@ -70,11 +65,6 @@ impl Program {
                     let _ = writeln!(out, "buffer {} (#{i}): {shape} = sort {} along {dim} {order}{take} ({what}){from}", b.name, self.buffers[input.index()].name);
                 }
                 BufferKind::Scan { input, dim } => {
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
-                    };
                     let _ = writeln!(
                         out,
                         "buffer {} (#{i}): {shape} = cumsum {} along {dim}{from}",
@@ -83,11 +73,6 @@ impl Program {
                     );
                 }
                 BufferKind::Item { input, symbol } => {
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
-                    };
                     let _ = writeln!(
                         out,
                         "item {} = {}[0]{from}",
@@ -100,11 +85,6 @@ impl Program {
                         .iter()
                         .map(|i| self.buffers[i.index()].name.as_str())
                         .collect();
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
-                    };
                     let _ = writeln!(
                         out,
                         "buffer {} (#{i}): {shape} = extern {}({}){from}",
@@ -128,11 +108,6 @@ impl Program {
                             list(ranges),
                             list(vars)
                         ),
-                    };
-                    let from = if b.origins.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  # {}", b.origins.join(", "))
                     };
                     let _ = writeln!(out, "buffer {} (#{i}): {shape} = {what}{from}", b.name);
                     self.write_body(&mut out, body);

@@ -53,6 +53,19 @@ pub struct LTensor {
     pub buffer: Option<BufferId>,
 }
 
+impl LTensor {
+    /// A tensor computed on demand by `loader` (not a buffer, not a Python number).
+    pub fn lazy(dtype: DType, sizes: Vec<Expr>, loader: Loader) -> LTensor {
+        LTensor {
+            dtype,
+            sizes,
+            loader,
+            wrapped: false,
+            buffer: None,
+        }
+    }
+}
+
 /// Lowers a graph to a loop-level program.
 pub fn lower(graph: &Graph) -> Result<Program, LowerError> {
     lower_with_shapes(graph).map(|(p, _)| p)

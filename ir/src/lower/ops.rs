@@ -589,13 +589,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let cd = compute_dtype(dtype);
             let loader: Loader =
                 Rc::new(move |c: &mut Ctx, _idx: &[Expr]| scalar_value(c, value, cd));
-            one(LTensor {
-                dtype,
-                sizes,
-                loader,
-                wrapped: false,
-                buffer: None,
-            })
+            one(LTensor::lazy(dtype, sizes, loader))
         }
         "arange" => one(arange(l, n, overload)?),
         "_local_scalar_dense" => {
@@ -805,13 +799,7 @@ pub(super) fn map(
         let r = f(c, &vals);
         c.body.cast(r, out_cd)
     });
-    Ok(LTensor {
-        dtype: out,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(out, sizes, loader))
 }
 
 fn select(l: &mut Lowerer, cond: LTensor, a: LTensor, b: LTensor) -> R<LTensor> {
@@ -832,13 +820,7 @@ fn select(l: &mut Lowerer, cond: LTensor, a: LTensor, b: LTensor) -> R<LTensor> 
         let bv = c.body.cast(bv, cd);
         c.body.where_(cv, av, bv)
     });
-    Ok(LTensor {
-        dtype: t,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(t, sizes, loader))
 }
 
 fn gelu(c: &mut Ctx, x: ValueId, tanh: bool) -> ValueId {
@@ -1021,13 +1003,7 @@ fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {
         let v = c.body.index(at);
         c.body.cast(v, cd)
     });
-    Ok(LTensor {
-        dtype,
-        sizes: vec![len],
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(dtype, vec![len], loader))
 }
 
 /// `mm`/`bmm` as an extern kernel over buffers; the inner sizes must agree (a runtime assert when
@@ -1276,13 +1252,7 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
             src[1] = c.env.pool_mut().floordiv(idx[1], r);
             inner(c, &src)
         });
-        LTensor {
-            dtype: t.dtype,
-            sizes,
-            loader,
-            wrapped: false,
-            buffer: None,
-        }
+        LTensor::lazy(t.dtype, sizes, loader)
     };
     let (k, v) = (repeat(&k), repeat(&v));
     let bh = l.env.pool_mut().mul(b, hq);
@@ -1309,13 +1279,7 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         let ninf = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
         c.body.where_(m, x, ninf)
     });
-    let mut logits = LTensor {
-        dtype: cd,
-        sizes: scores.sizes.clone(),
-        loader: scaled,
-        wrapped: false,
-        buffer: None,
-    };
+    let mut logits = LTensor::lazy(cd, scores.sizes.clone(), scaled);
     match n.arg("attn_mask") {
         Some(Arg::Tensor(_)) => {
             let mask = tensor(l, n, "attn_mask")?;

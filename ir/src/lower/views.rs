@@ -152,13 +152,7 @@ pub(super) fn view(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> {
         let src: Vec<Expr> = src.into_iter().map(|e| c.env.simplify(e)).collect();
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {
@@ -190,13 +184,7 @@ pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {
         }
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 pub(super) fn unsqueeze(l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
@@ -208,13 +196,7 @@ pub(super) fn unsqueeze(l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
         src.remove(dim);
         inner(c, &src)
     });
-    LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    }
+    LTensor::lazy(x.dtype, sizes, loader)
 }
 
 /// Drops the listed dimensions whose size is 1. An unbacked size is never 1 for this purpose — a
@@ -256,13 +238,7 @@ pub(super) fn squeeze(l: &mut Lowerer, x: LTensor, dims: &[usize]) -> R<LTensor>
             .collect();
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 pub(super) fn expand(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> {
@@ -310,13 +286,7 @@ pub(super) fn expand(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> 
             .collect();
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes: out,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, out, loader))
 }
 
 /// ATen's clamping of a slice bound: negative counts from the end, then into `[0, size]`.
@@ -370,13 +340,7 @@ pub(super) fn slice(
         src[dim] = p.add(start, scaled);
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 /// `select(dim, index)`: a negative index counts from the end; an index out of range is a runtime
@@ -411,13 +375,7 @@ pub(super) fn select(l: &mut Lowerer, x: LTensor, dim: usize, index: Expr) -> R<
         src.insert(dim, at);
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 /// `split`, `split_with_sizes`, `unbind`: slices of `x` along `dim`. The number of pieces must be
@@ -526,13 +484,7 @@ fn slice_exact(
         src[dim] = c.env.pool_mut().add(start, idx[dim]);
         inner(c, &src)
     });
-    LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    }
+    LTensor::lazy(x.dtype, sizes, loader)
 }
 
 /// Drops dimension `dim`, known to have size 1.
@@ -545,13 +497,7 @@ fn squeeze_known(_l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
         src.insert(dim, c.env.pool_mut().zero());
         inner(c, &src)
     });
-    LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    }
+    LTensor::lazy(x.dtype, sizes, loader)
 }
 
 /// Reverses the listed dimensions.
@@ -569,13 +515,7 @@ pub(super) fn flip(x: LTensor, dims: &[usize]) -> LTensor {
         }
         inner(c, &src)
     });
-    LTensor {
-        dtype: x.dtype,
-        sizes: x.sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    }
+    LTensor::lazy(x.dtype, x.sizes, loader)
 }
 
 /// `cat`: each element comes from the input whose range along `dim` holds it; every input is read
@@ -641,13 +581,7 @@ pub(super) fn cat(l: &mut Lowerer, ts: Vec<LTensor>, dim: i64) -> R<LTensor> {
         }
         r
     });
-    Ok(LTensor {
-        dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(dtype, sizes, loader))
 }
 
 /// `constant_pad_nd`: `pad` gives (before, after) for the last dimension, then the one before, …;
@@ -705,13 +639,7 @@ pub(super) fn pad(
         let fill = super::ops::scalar_value(c, value, cd);
         c.body.where_(m, v, fill)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
 /// `embedding`, `index_select`, `gather`: reads of `src` at positions held in the integer tensor
@@ -796,13 +724,7 @@ pub(super) fn indexed(
         at_src[dim] = t;
         src_ld(c, &at_src)
     });
-    Ok(LTensor {
-        dtype: src.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(src.dtype, sizes, loader))
 }
 
 /// `index.Tensor` with integer index tensors (`None` keeps a dimension whole): the index tensors
@@ -883,11 +805,5 @@ pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTenso
         }
         inner(c, &src)
     });
-    Ok(LTensor {
-        dtype: x.dtype,
-        sizes,
-        loader,
-        wrapped: false,
-        buffer: None,
-    })
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
