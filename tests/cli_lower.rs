@@ -37,7 +37,7 @@ fn loop_ir_matches_the_golden_text() {
 }
 
 #[test]
-fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
+fn lower_rejects_unknown_emit_and_reports_lowering_errors() {
     let path = format!(
         "{}/examples/graphs/rms_norm.unbacked.json",
         env!("CARGO_MANIFEST_DIR")
@@ -54,7 +54,7 @@ fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
     std::fs::write(
         &g,
         r#"{"format": "guardless-graph", "version": 1, "inputs": [{"name": "a", "dtype": "f32", "shape": [2, 3]}],
-            "nodes": [{"name": "p", "op": "aten.histc.default", "args": {"self": {"tensor": "a"}}}],
+            "nodes": [{"name": "p", "op": "aten.histc.default", "args": {"self": {"tensor": "a"}, "bins": 0}}],
             "outputs": [{"tensor": "p"}]}"#,
     )
     .unwrap();
@@ -65,7 +65,7 @@ fn lower_rejects_unknown_emit_and_reports_unlowered_ops() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("node 'p' (aten.histc.default) is not lowered yet"),
+        err.contains("node 'p' (aten.histc.default): bins must be a positive constant"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -96,6 +96,43 @@ pub enum Op {
         size: Expr,
         mask: Option<ValueId>,
     },
+    /// A data-dependent requirement: when `cond` (a bool) is false the program stops with the
+    /// check's message, naming the buffer. Its value is `cond`; it is kept even when unused.
+    Check {
+        cond: ValueId,
+        check: Check,
+    },
+}
+
+/// What a [`Op::Check`] requires; each has the message ATen gives when it fails.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Check {
+    /// `histc` with edges from the data: the range must be finite.
+    FiniteHistogramRange,
+    /// `repeat_interleave`: every repeat count is non-negative.
+    NonNegativeRepeats,
+    /// `_grouped_mm`: offsets are non-decreasing and within the grouped dimension.
+    GroupOffsets,
+}
+
+impl Check {
+    pub fn message(self) -> &'static str {
+        match self {
+            Check::FiniteHistogramRange => "histc: the range of the data is not finite",
+            Check::NonNegativeRepeats => "repeat_interleave: repeats can not be negative",
+            Check::GroupOffsets => {
+                "_grouped_mm: offsets must be non-decreasing and within the grouped dimension"
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::FiniteHistogramRange => "finite_histogram_range",
+            Check::NonNegativeRepeats => "non_negative_repeats",
+            Check::GroupOffsets => "group_offsets",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -220,6 +257,11 @@ impl BodyBuilder {
             },
             DType::I64,
         )
+    }
+
+    /// Requires `cond` at run time (see [`Op::Check`]); returns it.
+    pub fn check(&mut self, cond: ValueId, check: Check) -> ValueId {
+        self.push(Op::Check { cond, check }, DType::Bool)
     }
 
     pub fn finish(mut self, result: ValueId) -> Body {

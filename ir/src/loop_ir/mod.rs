@@ -7,7 +7,7 @@ mod body;
 pub mod interp;
 mod print;
 
-pub use body::{BinaryOp, Body, BodyBuilder, Constant, Op, UnaryOp, ValueId};
+pub use body::{BinaryOp, Body, BodyBuilder, Check, Constant, Op, UnaryOp, ValueId};
 
 use crate::graph::DType;
 use crate::sym::{Expr, ShapeEnv};
@@ -137,6 +137,17 @@ pub enum BufferKind {
         mask: Option<BufferId>,
         count: crate::sym::SymbolId,
     },
+    /// `index_put`: a copy of `base` (same shape, read through its layout), then for every point
+    /// of `loops` in row-major order the body's value is written (`accumulate`: added) at storage
+    /// index `target` of this buffer. `target` may use variables the body binds (checked indices).
+    /// Duplicate targets: the last write wins, or all are added.
+    Scatter {
+        base: BufferId,
+        loops: Loops,
+        body: Body,
+        target: Expr,
+        accumulate: bool,
+    },
 }
 
 /// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is
@@ -147,6 +158,11 @@ pub enum ExternKernel {
     Mm,
     /// `[b, m, k] @ [b, k, n]`.
     Bmm,
+    /// `_grouped_mm(a, b, offs)`: by the operands' ranks, `[m, k] @ [g, k, n]` with row groups
+    /// ending at `offs`; `[g, m, k] @ [g, k, n]` (no offsets); `[m, K] @ [K, n] → [g, m, n]` with
+    /// groups of the inner dimension; `[g, m, k] @ [k, N]` with column groups. Rows or columns past
+    /// the last offset are zero; offsets that decrease or pass the size are a runtime error.
+    GroupedMm,
 }
 
 impl ExternKernel {
@@ -154,6 +170,7 @@ impl ExternKernel {
         match self {
             ExternKernel::Mm => "mm",
             ExternKernel::Bmm => "bmm",
+            ExternKernel::GroupedMm => "grouped_mm",
         }
     }
 }

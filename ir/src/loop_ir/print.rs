@@ -93,6 +93,25 @@ impl Program {
                         args.join(", ")
                     );
                 }
+                BufferKind::Scatter {
+                    base,
+                    loops,
+                    body,
+                    target,
+                    accumulate,
+                } => {
+                    let how = if *accumulate { "add" } else { "write" };
+                    let _ = writeln!(
+                        out,
+                        "buffer {} (#{i}): {shape} = copy of {}, then {how} over [{}] ({}) at [{}]{from}",
+                        b.name,
+                        self.buffers[base.index()].name,
+                        list(&loops.ranges),
+                        list(&loops.vars),
+                        env.text(*target)
+                    );
+                    self.write_body(&mut out, body);
+                }
                 BufferKind::Computed { loops, body } => {
                     let what = match &loops.reduction {
                         None => format!(
@@ -164,6 +183,7 @@ impl Program {
                     env.text(*size),
                     mask.map(|m| format!(" if v{}", m.0)).unwrap_or_default()
                 ),
+                Op::Check { cond, check } => format!("check v{} ({})", cond.0, check.name()),
             };
             let _ = writeln!(out, "  v{i} = {rhs} : {dtype}");
         }

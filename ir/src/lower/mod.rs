@@ -6,6 +6,7 @@
 
 mod ops;
 mod promote;
+mod routing;
 mod views;
 
 use std::rc::Rc;

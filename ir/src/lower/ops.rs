@@ -506,22 +506,14 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             };
             one(l.add_buffer(kind, dtype, &input.sizes, &n.name))
         }
-        "index" => {
-            let x = tensor(l, n, "self")?;
-            let refs = match n.arg("indices") {
-                Some(Arg::Tensors(v)) => v.clone(),
-                other => {
-                    return msg(format!(
-                        "argument 'indices': expected tensors, found {other:?}"
-                    ))
-                }
-            };
-            let idx: Vec<Option<LTensor>> = refs
-                .iter()
-                .map(|r| r.map(|r| l.tensor(&r)).transpose())
-                .collect::<Result<_, _>>()?;
-            one(super::views::advanced_index(l, x, idx)?)
+        "index" => one(super::routing::index(l, n)?),
+        "index_put" => one(super::routing::index_put(l, n)?),
+        "repeat_interleave" if overload == "Tensor" => {
+            one(super::routing::repeat_interleave(l, n)?)
         }
+        "histc" => one(super::routing::histc(l, n)?),
+        "_grouped_mm" => one(super::routing::grouped_mm(l, n)?),
+        "empty_permuted" => one(super::routing::empty_permuted(l, n)?),
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),
@@ -646,12 +638,15 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             }
             Ok(Vec::new())
         }
-        "sym_constrain_range_for_size" => Ok(Vec::new()),
+        "sym_constrain_range_for_size" => {
+            super::routing::constrain_range(l, n)?;
+            Ok(Vec::new())
+        }
         _ => Err(NodeError::Unsupported),
     }
 }
 
-fn float_of(d: DType) -> DType {
+pub(super) fn float_of(d: DType) -> DType {
     if d.is_float() {
         d
     } else {
@@ -660,7 +655,7 @@ fn float_of(d: DType) -> DType {
 }
 
 /// The tensor argument `name`: a tensor, or a number standing for one.
-fn tensor(l: &Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
+pub(super) fn tensor(l: &Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     match n.arg(name) {
         Some(Arg::Tensor(r)) => Ok(l.tensor(r)?),
         Some(Arg::Number(s)) | Some(Arg::Scalar(s)) => Ok(number(*s)),
@@ -671,7 +666,7 @@ fn tensor(l: &Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
 }
 
 /// A Python number as a zero-dimensional wrapped tensor.
-fn number(s: Scalar) -> LTensor {
+pub(super) fn number(s: Scalar) -> LTensor {
     let dtype = match s {
         Scalar::Float(_) => DType::F64,
         Scalar::Int(_) => DType::I64,
@@ -700,7 +695,7 @@ pub(super) fn scalar_value(c: &mut Ctx, s: Scalar, d: DType) -> ValueId {
     c.body.cast(v, d)
 }
 
-fn scalar_arg(n: &GraphNode, name: &str) -> R<Scalar> {
+pub(super) fn scalar_arg(n: &GraphNode, name: &str) -> R<Scalar> {
     match n.arg(name) {
         Some(Arg::Scalar(s)) | Some(Arg::Number(s)) => Ok(*s),
         other => msg(format!(
@@ -718,7 +713,7 @@ pub(super) fn int(n: &GraphNode, name: &str) -> R<Expr> {
     }
 }
 
-fn opt_int(n: &GraphNode, name: &str) -> R<Option<Expr>> {
+pub(super) fn opt_int(n: &GraphNode, name: &str) -> R<Option<Expr>> {
     match n.arg(name) {
         Some(Arg::None) | None => Ok(None),
         Some(Arg::Int(e)) => Ok(Some(*e)),
@@ -738,7 +733,7 @@ pub(super) fn ints(n: &GraphNode, name: &str) -> R<Vec<Expr>> {
 }
 
 /// Dimension lists are static: every entry must be a constant.
-fn const_ints(l: &Lowerer, n: &GraphNode, name: &str) -> R<Vec<i64>> {
+pub(super) fn const_ints(l: &Lowerer, n: &GraphNode, name: &str) -> R<Vec<i64>> {
     ints(n, name)?
         .into_iter()
         .map(|e| {

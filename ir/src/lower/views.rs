@@ -18,7 +18,7 @@ fn is_one(l: &mut Lowerer, e: Expr) -> bool {
 }
 
 /// Asserts `a == b` at run time unless it is already known; an impossible equality is an error.
-fn assert_equal(l: &mut Lowerer, a: Expr, b: Expr, what: &str) -> R<()> {
+pub(super) fn assert_equal(l: &mut Lowerer, a: Expr, b: Expr, what: &str) -> R<()> {
     let c = l.env.pool_mut().eq(a, b);
     if l.env.statically_known_true(c) {
         return Ok(());
@@ -90,7 +90,7 @@ pub(super) fn broadcast(l: &mut Lowerer, operands: &[LTensor]) -> R<(Vec<Expr>, 
     Ok((sizes, expanded))
 }
 
-fn numel(l: &mut Lowerer, sizes: &[Expr]) -> Expr {
+pub(super) fn numel(l: &mut Lowerer, sizes: &[Expr]) -> Expr {
     let p = l.env.pool_mut();
     sizes.iter().fold(p.one(), |acc, &s| p.mul(acc, s))
 }
@@ -727,12 +727,39 @@ pub(super) fn indexed(
     Ok(LTensor::lazy(src.dtype, sizes, loader))
 }
 
+/// Where each element of `x[indices]` comes from: the result's sizes and, for a result index, the
+/// source coordinates (emitting the index loads and their bounds-checked binds).
+pub(super) struct IndexPlan {
+    pub sizes: Vec<Expr>,
+    pub source: SourceMap,
+}
+
+/// Result index → source coordinates, emitting what it needs into the body.
+pub(super) type SourceMap = Rc<dyn Fn(&mut Ctx, &[Expr]) -> Vec<Expr>>;
+
 /// `index.Tensor` with integer index tensors (`None` keeps a dimension whole): the index tensors
 /// broadcast together; their dimensions replace the indexed ones in place when those are adjacent,
 /// else come first (NumPy's rule). Negative indices count from the end; each index is bounds-checked
-/// at run time. Boolean masks select a data-dependent number of elements and are not lowered yet.
+/// at run time. Boolean masks are turned into integer indices before (see `routing`).
 pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTensor>>) -> R<LTensor> {
-    let rank = x.sizes.len();
+    if idx.iter().all(Option::is_none) {
+        return Ok(x);
+    }
+    let plan = index_plan(l, &x.sizes, idx)?;
+    let (inner, source) = (x.loader.clone(), plan.source);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, out: &[Expr]| {
+        let src = source(c, out);
+        inner(c, &src)
+    });
+    Ok(LTensor::lazy(x.dtype, plan.sizes, loader))
+}
+
+pub(super) fn index_plan(
+    l: &mut Lowerer,
+    src_sizes: &[Expr],
+    idx: Vec<Option<LTensor>>,
+) -> R<IndexPlan> {
+    let rank = src_sizes.len();
     if idx.len() > rank {
         return Err(NodeError::Message(format!(
             "{} indices for a tensor of {rank} dimensions",
@@ -746,15 +773,12 @@ pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTenso
         .map(|(k, _)| k)
         .collect();
     let tensors: Vec<LTensor> = idx.into_iter().flatten().collect();
-    if tensors.is_empty() {
-        return Ok(x);
-    }
     for t in &tensors {
-        if t.dtype == crate::graph::DType::Bool || t.dtype == crate::graph::DType::U8 {
-            return Err(NodeError::Unsupported);
-        }
-        if t.dtype.is_float() {
-            return Err(NodeError::Message("indices must be integers".into()));
+        if t.dtype.is_float() || t.dtype == crate::graph::DType::Bool {
+            return Err(NodeError::Message(format!(
+                "indices must be integers or boolean masks, found {}",
+                t.dtype
+            )));
         }
     }
     let (bsizes, tensors) = broadcast(l, &tensors)?;
@@ -772,14 +796,13 @@ pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTenso
         .copied()
         .filter(|k| !before.contains(k))
         .collect();
-    let mut sizes: Vec<Expr> = before.iter().map(|&k| x.sizes[k]).collect();
+    let mut sizes: Vec<Expr> = before.iter().map(|&k| src_sizes[k]).collect();
     sizes.extend(&bsizes);
-    sizes.extend(after.iter().map(|&k| x.sizes[k]));
+    sizes.extend(after.iter().map(|&k| src_sizes[k]));
     let (nb, nbefore) = (bsizes.len(), before.len());
-    let inner = x.loader.clone();
-    let src_sizes = x.sizes.clone();
+    let src_sizes = src_sizes.to_vec();
     let loaders: Vec<Loader> = tensors.iter().map(|t| t.loader.clone()).collect();
-    let loader: Loader = Rc::new(move |c: &mut Ctx, out: &[Expr]| {
+    let source = Rc::new(move |c: &mut Ctx, out: &[Expr]| {
         let b_idx = &out[nbefore..nbefore + nb];
         let mut src = vec![c.env.pool_mut().zero(); rank];
         for (a, &k) in before.iter().enumerate() {
@@ -803,7 +826,7 @@ pub(super) fn advanced_index(l: &mut Lowerer, x: LTensor, idx: Vec<Option<LTenso
             c.body.bind(t, v, src_sizes[p]);
             src[p] = t;
         }
-        inner(c, &src)
+        src
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    Ok(IndexPlan { sizes, source })
 }

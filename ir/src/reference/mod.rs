@@ -68,19 +68,34 @@ pub fn run(
                 .check_bindings(&bindings)
                 .map_err(|e| err(e.to_string()))?;
         }
-        // A data-dependent count (nonzero, masked_select) is the symbol of its stated first size.
-        if let (Some(&first), Some(t)) = (node.shape.as_ref().and_then(|s| s.first()), outs.first())
-        {
-            let counted = matches!(
+        // A data-dependent size (nonzero, masked_select, a boolean index, repeat_interleave) is
+        // the unbacked symbol the node states at that dimension.
+        if let (Some(stated), Some(t)) = (node.shape.as_ref(), outs.first()) {
+            let data_dependent = matches!(
                 node.op.as_str(),
-                "aten.nonzero.default" | "aten.masked_select.default"
+                "aten.nonzero.default"
+                    | "aten.masked_select.default"
+                    | "aten.index.Tensor"
+                    | "aten.repeat_interleave.Tensor"
             );
-            if let (Some(sym), true) = (graph.env.pool().as_symbol(first), counted) {
-                bindings.set(sym, t.shape[0] as i64);
-                graph
-                    .env
-                    .check_bindings(&bindings)
-                    .map_err(|e| err(e.to_string()))?;
+            for (&e, &have) in stated.iter().zip(&t.shape).filter(|_| data_dependent) {
+                match graph.env.pool().as_symbol(e) {
+                    Some(sym) if bindings.get(sym).is_none() => {
+                        bindings.set(sym, have as i64);
+                        graph
+                            .env
+                            .check_bindings(&bindings)
+                            .map_err(|e| err(e.to_string()))?;
+                    }
+                    Some(sym) if bindings.get(sym) != Some(have as i64) => {
+                        return Err(err(format!(
+                            "produced {have} elements where '{}' is {}",
+                            graph.env.symbol_name(sym),
+                            bindings.get(sym).unwrap_or_default()
+                        )));
+                    }
+                    _ => {}
+                }
             }
         }
         values.push(if node.symbol.is_some() {

@@ -5,6 +5,8 @@ use crate::graph::{Arg, DType, Graph, GraphNode, Scalar, TensorRef};
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
+mod routing;
+
 type R<T> = Result<T, Option<String>>;
 
 fn fail<T>(m: impl Into<String>) -> R<T> {
@@ -1466,77 +1468,12 @@ pub(super) fn run_node(
             }
             out(build(d, x.shape.clone(), vals))
         }
-        "index" => {
-            let x = n.tensor("self")?;
-            let rank = x.shape.len();
-            let idx: Vec<Option<HostTensor>> = match node.arg("indices") {
-                Some(Arg::Tensors(v)) => v.iter().map(|r| r.map(|r| get(&r))).collect(),
-                _ => return fail("indices must be tensors"),
-            };
-            if idx.len() > rank {
-                return fail("too many indices");
-            }
-            let positions: Vec<usize> = idx
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.is_some())
-                .map(|(k, _)| k)
-                .collect();
-            let ts: Vec<HostTensor> = idx.into_iter().flatten().collect();
-            if ts.is_empty() {
-                return out(x);
-            }
-            if ts
-                .iter()
-                .any(|t| t.dtype == DType::Bool || t.dtype == DType::U8)
-            {
-                return Err(None);
-            }
-            let ops: Vec<Operand> = ts.iter().cloned().map(Operand::Tensor).collect();
-            let bshape = broadcast_shape(&ops.iter().collect::<Vec<_>>())?;
-            let adjacent = positions.windows(2).all(|w| w[1] == w[0] + 1);
-            let rest: Vec<usize> = (0..rank).filter(|k| !positions.contains(k)).collect();
-            let before: Vec<usize> = if adjacent {
-                rest.iter().copied().filter(|&k| k < positions[0]).collect()
-            } else {
-                vec![]
-            };
-            let after: Vec<usize> = rest
-                .iter()
-                .copied()
-                .filter(|k| !before.contains(k))
-                .collect();
-            let mut shape: Vec<usize> = before.iter().map(|&k| x.shape[k]).collect();
-            shape.extend(&bshape);
-            shape.extend(after.iter().map(|&k| x.shape[k]));
-            let st = strides(&x.shape);
-            let total: usize = shape.iter().product();
-            let mut vals = Vec::with_capacity(total);
-            for i in 0..total {
-                let o = unflatten(i, &shape);
-                let b = &o[before.len()..before.len() + bshape.len()];
-                let mut src = vec![0usize; rank];
-                for (a, &k) in before.iter().enumerate() {
-                    src[k] = o[a];
-                }
-                for (a, &k) in after.iter().enumerate() {
-                    src[k] = o[before.len() + bshape.len() + a];
-                }
-                for (op, &p) in ops.iter().zip(&positions) {
-                    let mut v = at(op, b).i();
-                    let size = x.shape[p] as i64;
-                    if v < 0 {
-                        v += size;
-                    }
-                    if v < 0 || v >= size {
-                        return fail(format!("index {v} is out of range for size {size}"));
-                    }
-                    src[p] = v as usize;
-                }
-                vals.push(elem(&x, flat(&src, &st)));
-            }
-            out(build(x.dtype, shape, vals))
-        }
+        "index" => routing::index(&n),
+        "index_put" => routing::index_put(&n),
+        "repeat_interleave" if overload == "Tensor" => routing::repeat_interleave(&n),
+        "histc" => routing::histc(&n),
+        "_grouped_mm" => routing::grouped_mm(&n),
+        "empty_permuted" => routing::empty_permuted(&n),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),
@@ -1770,7 +1707,7 @@ pub(super) fn run_node(
             }
             Ok(Vec::new())
         }
-        "sym_constrain_range_for_size" => Ok(Vec::new()),
+        "sym_constrain_range_for_size" => routing::constrain_range(&n),
         _ => Err(None),
     }
 }

@@ -2,11 +2,14 @@
 //! a fast path. Every load is bounds-checked; an out-of-range index, a division by zero or an empty
 //! max/min reduction is an error naming the buffer and its graph nodes.
 
+mod library;
+mod scalar;
+
 use thiserror::Error;
 
-use super::{
-    BinaryOp, BufferId, BufferKind, Constant, ExternKernel, Op, Program, ReductionKind, UnaryOp,
-};
+use scalar::{better, binary, combine, unary};
+
+use super::{BufferKind, Constant, Op, Program, ReductionKind};
 use crate::graph::DType;
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
@@ -28,19 +31,19 @@ pub enum RunError {
 }
 
 #[derive(Copy, Clone, Debug)]
-enum V {
+pub(super) enum V {
     F(f64),
     I(i64),
 }
 
 impl V {
-    fn f(self) -> f64 {
+    pub(super) fn f(self) -> f64 {
         match self {
             V::F(x) => x,
             V::I(x) => x as f64,
         }
     }
-    fn i(self) -> i64 {
+    pub(super) fn i(self) -> i64 {
         match self {
             V::F(x) => x as i64,
             V::I(x) => x,
@@ -48,7 +51,7 @@ impl V {
     }
 }
 
-fn store(dtype: DType, v: V) -> V {
+pub(super) fn store(dtype: DType, v: V) -> V {
     if dtype.is_float() {
         V::F(round_to(dtype, v.f()))
     } else {
@@ -156,62 +159,20 @@ impl Program {
                     take,
                     indices,
                 } => {
-                    let in_sizes: Vec<i64> = self.buffers[input.index()]
-                        .layout
-                        .sizes
-                        .iter()
-                        .map(|&s| eval(&b, s))
-                        .collect::<Result<_, _>>()?;
-                    let len = in_sizes[*dim];
-                    let keep = match take {
-                        Some(k) => eval(&b, *k)?,
-                        None => len,
-                    };
-                    if keep < 0 || keep > len {
-                        return Err(fail(format!("selected {keep} of {len} elements")));
-                    }
-                    let inner: i64 = in_sizes[dim + 1..].iter().product();
-                    let outer: i64 = in_sizes[..*dim].iter().product();
-                    let src = &storage[input.index()];
-                    let mut out = vec![V::I(0); (outer * keep * inner).max(0) as usize];
-                    for o in 0..outer {
-                        for i in 0..inner {
-                            let mut line: Vec<(V, i64)> = (0..len)
-                                .map(|j| (src[((o * len + j) * inner + i) as usize], j))
-                                .collect();
-                            line.sort_by(|a, c| order_key(a.0, c.0, *descending));
-                            for (j, &(v, at)) in line.iter().take(keep as usize).enumerate() {
-                                out[((o * keep + j as i64) * inner + i) as usize] =
-                                    if *indices { V::I(at) } else { v };
-                            }
-                        }
-                    }
+                    let out = self
+                        .sort(&storage, &b, *input, *dim, *descending, *take, *indices)
+                        .map_err(fail)?;
                     storage.push(out);
                     continue;
                 }
                 BufferKind::Scan { input, dim } => {
-                    // The input is contiguous with the same shape: running sums along `dim`.
-                    let sizes: Vec<i64> = buf
-                        .layout
-                        .sizes
-                        .iter()
-                        .map(|&s| eval(&b, s))
-                        .collect::<Result<_, _>>()?;
-                    let src = &storage[input.index()];
-                    let inner: i64 = sizes[dim + 1..].iter().product();
-                    let len = sizes[*dim];
-                    let mut acc = src.clone();
-                    for k in 0..acc.len() as i64 {
-                        // Not the first along `dim`: add the running sum of the previous element.
-                        if inner > 0 && len > 0 && (k / inner) % len > 0 {
-                            let prev = acc[(k - inner) as usize];
-                            acc[k as usize] = store(
-                                buf.dtype,
-                                combine(ReductionKind::Sum, buf.dtype, prev, acc[k as usize]),
-                            );
-                        }
-                    }
-                    storage.push(acc);
+                    let out = self.scan(buf, &storage, &b, *input, *dim).map_err(fail)?;
+                    storage.push(out);
+                    continue;
+                }
+                BufferKind::Scatter { .. } => {
+                    let out = self.scatter(buf, &storage, &mut b).map_err(fail)?;
+                    storage.push(out);
                     continue;
                 }
                 BufferKind::Item { input, symbol } => {
@@ -228,60 +189,9 @@ impl Program {
                     kernel,
                     inputs: args,
                 } => {
-                    let dims = |id: BufferId| -> Result<Vec<i64>, RunError> {
-                        self.buffers[id.index()]
-                            .layout
-                            .sizes
-                            .iter()
-                            .map(|&s| eval(&b, s))
-                            .collect()
-                    };
-                    let (a, m) = (args[0], args[1]);
-                    let (da, dm) = (dims(a)?, dims(m)?);
-                    let (batch, rows, inner, cols) = match kernel {
-                        ExternKernel::Mm => (1, da[0], da[1], dm[1]),
-                        ExternKernel::Bmm => (da[0], da[1], da[2], dm[2]),
-                    };
-                    let k2 = if *kernel == ExternKernel::Mm {
-                        dm[0]
-                    } else {
-                        dm[1]
-                    };
-                    if inner != k2 {
-                        return Err(fail(format!(
-                            "{} of [.., {inner}] by [{k2}, ..]",
-                            kernel.name()
-                        )));
-                    }
-                    let read = |id: BufferId, idx: &[i64]| -> Result<f64, RunError> {
-                        let at = self.buffers[id.index()]
-                            .layout
-                            .index_value(&self.env, idx, &b)
-                            .map_err(fail)?;
-                        Ok(storage[id.index()]
-                            .get(at as usize)
-                            .filter(|_| at >= 0)
-                            .ok_or_else(|| fail(format!("read out of bounds at {at}")))?
-                            .f())
-                    };
-                    let mut out = Vec::with_capacity((batch * rows * cols).max(0) as usize);
-                    for bi in 0..batch {
-                        for r in 0..rows {
-                            for c in 0..cols {
-                                let mut acc = 0.0;
-                                for k in 0..inner {
-                                    let (x, y) = match kernel {
-                                        ExternKernel::Mm => (read(a, &[r, k])?, read(m, &[k, c])?),
-                                        ExternKernel::Bmm => {
-                                            (read(a, &[bi, r, k])?, read(m, &[bi, k, c])?)
-                                        }
-                                    };
-                                    acc += x * y;
-                                }
-                                out.push(store(buf.dtype, V::F(acc)));
-                            }
-                        }
-                    }
+                    let out = self
+                        .extern_kernel(buf, *kernel, args, &storage, &b)
+                        .map_err(fail)?;
                     storage.push(out);
                 }
                 BufferKind::Computed { loops, body } => {
@@ -495,6 +405,12 @@ impl Program {
                     );
                     V::I(v)
                 }
+                Op::Check { cond, check } => {
+                    if vals[cond.0 as usize].i() == 0 {
+                        return Err(check.message().to_string());
+                    }
+                    vals[cond.0 as usize]
+                }
                 Op::Unary(u, a) => unary(u, vals[a.0 as usize], dtype),
                 Op::Binary(o, x, y) => {
                     binary(o, vals[x.0 as usize], vals[y.0 as usize], body.dtype(x))?
@@ -559,179 +475,4 @@ impl super::Layout {
         }
         Ok(at)
     }
-}
-
-/// The order of a sort: NaN above every number; descending reverses it (the sort is stable, so
-/// equal values keep their positions' order either way).
-fn order_key(a: V, c: V, descending: bool) -> std::cmp::Ordering {
-    let o = match (a, c) {
-        (V::F(x), V::F(y)) => match (x.is_nan(), y.is_nan()) {
-            (true, true) => std::cmp::Ordering::Equal,
-            (true, false) => std::cmp::Ordering::Greater,
-            (false, true) => std::cmp::Ordering::Less,
-            _ => x.partial_cmp(&y).expect("not NaN"),
-        },
-        _ => a.i().cmp(&c.i()),
-    };
-    if descending {
-        o.reverse()
-    } else {
-        o
-    }
-}
-
-/// Whether `v` replaces the current best `b` of an arg-reduction (strictly better, or the first NaN).
-fn better(kind: ReductionKind, dtype: DType, v: V, b: V) -> bool {
-    if dtype.is_float() {
-        let (x, y) = (v.f(), b.f());
-        if y.is_nan() {
-            return false;
-        }
-        if x.is_nan() {
-            return true;
-        }
-        return if kind == ReductionKind::ArgMax {
-            x > y
-        } else {
-            x < y
-        };
-    }
-    if kind == ReductionKind::ArgMax {
-        v.i() > b.i()
-    } else {
-        v.i() < b.i()
-    }
-}
-
-fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
-    match (kind, dtype.is_float()) {
-        (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
-        (ReductionKind::Sum, false) => V::I(a.i().wrapping_add(v.i())),
-        // NaN propagates, as in ATen.
-        (ReductionKind::Max, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
-            f64::NAN
-        } else {
-            a.f().max(v.f())
-        }),
-        (ReductionKind::Min, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
-            f64::NAN
-        } else {
-            a.f().min(v.f())
-        }),
-        (ReductionKind::Max, false) => V::I(a.i().max(v.i())),
-        (ReductionKind::Min, false) => V::I(a.i().min(v.i())),
-        (ReductionKind::Any, _) => V::I(i64::from(a.i() != 0 || v.i() != 0)),
-        (ReductionKind::ArgMax | ReductionKind::ArgMin, _) => {
-            unreachable!("arg-reductions keep a position")
-        }
-    }
-}
-
-fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
-    if !dtype.is_float() && u != UnaryOp::LogicalNot {
-        return match u {
-            UnaryOp::Neg => V::I(a.i().wrapping_neg()),
-            UnaryOp::Abs => V::I(a.i().wrapping_abs()),
-            UnaryOp::Relu => V::I(a.i().max(0)),
-            UnaryOp::BitNot if dtype == DType::Bool => V::I(i64::from(a.i() == 0)),
-            UnaryOp::BitNot => V::I(!a.i()),
-            _ => V::F(unary(u, V::F(a.f()), DType::F64).f()),
-        };
-    }
-    let x = a.f();
-    V::F(match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Log1p => x.ln_1p(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Relu => {
-            if x.is_nan() {
-                x
-            } else {
-                x.max(0.0)
-            }
-        }
-        UnaryOp::Erf => libm::erf(x),
-        UnaryOp::Reciprocal => 1.0 / x,
-        UnaryOp::LogicalNot => return V::I(i64::from(a.f() == 0.0)),
-        UnaryOp::BitNot => f64::NAN,
-    })
-}
-
-fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String> {
-    use BinaryOp::*;
-    let cmp = |r: bool| V::I(i64::from(r));
-    if dtype.is_float() {
-        let (x, y) = (a.f(), b.f());
-        return Ok(match o {
-            Add => V::F(x + y),
-            Sub => V::F(x - y),
-            Mul => V::F(x * y),
-            Div => V::F(x / y),
-            FloorDiv => V::F((x / y).floor()),
-            TruncDiv => V::F((x / y).trunc()),
-            Pow => V::F(x.powf(y)),
-            Max => V::F(if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.max(y)
-            }),
-            Min => V::F(if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.min(y)
-            }),
-            Eq => cmp(x == y),
-            Ne => cmp(x != y),
-            Lt => cmp(x < y),
-            Le => cmp(x <= y),
-            Gt => cmp(x > y),
-            Ge => cmp(x >= y),
-            LogicalAnd => cmp(x != 0.0 && y != 0.0),
-            LogicalOr => cmp(x != 0.0 || y != 0.0),
-            BitAnd | BitOr => return Err("bitwise op on floats".into()),
-        });
-    }
-    let (x, y) = (a.i(), b.i());
-    Ok(match o {
-        Add => V::I(x.wrapping_add(y)),
-        Sub => V::I(x.wrapping_sub(y)),
-        Mul => V::I(x.wrapping_mul(y)),
-        Div => V::F(x as f64 / y as f64),
-        FloorDiv | TruncDiv => {
-            if y == 0 {
-                return Err("integer division by zero".into());
-            }
-            let q = x.wrapping_div(y);
-            V::I(if o == FloorDiv && (x % y != 0) && ((x < 0) != (y < 0)) {
-                q - 1
-            } else {
-                q
-            })
-        }
-        Pow => V::I(if y < 0 {
-            0
-        } else {
-            x.wrapping_pow(y.min(u32::MAX as i64) as u32)
-        }),
-        Max => V::I(x.max(y)),
-        Min => V::I(x.min(y)),
-        Eq => cmp(x == y),
-        Ne => cmp(x != y),
-        Lt => cmp(x < y),
-        Le => cmp(x <= y),
-        Gt => cmp(x > y),
-        Ge => cmp(x >= y),
-        LogicalAnd => cmp(x != 0 && y != 0),
-        LogicalOr => cmp(x != 0 || y != 0),
-        BitAnd => V::I(x & y),
-        BitOr => V::I(x | y),
-    })
 }

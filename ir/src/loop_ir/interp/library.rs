@@ -1,0 +1,274 @@
+//! The interpreter's library buffers: sort, scan, scatter and the extern matmuls. Each returns the
+//! buffer's contiguous storage or a message that the caller attaches to the buffer.
+
+use super::scalar::{combine, order_key};
+use super::{store, V};
+use crate::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind};
+use crate::sym::{Bindings, Expr};
+
+type R<T> = Result<T, String>;
+
+impl Program {
+    fn sizes_of(&self, id: BufferId, b: &Bindings) -> R<Vec<i64>> {
+        self.buffers[id.index()]
+            .layout
+            .sizes
+            .iter()
+            .map(|&s| self.env.evaluate(s, b).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    /// Element `idx` of buffer `id`, read through its layout.
+    fn read_at(&self, storage: &[Vec<V>], id: BufferId, idx: &[i64], b: &Bindings) -> R<V> {
+        let at = self.buffers[id.index()]
+            .layout
+            .index_value(&self.env, idx, b)?;
+        storage[id.index()]
+            .get(at as usize)
+            .filter(|_| at >= 0)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "read of {} out of bounds at {at}",
+                    self.buffers[id.index()].name
+                )
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn sort(
+        &self,
+        storage: &[Vec<V>],
+        b: &Bindings,
+        input: BufferId,
+        dim: usize,
+        descending: bool,
+        take: Option<Expr>,
+        indices: bool,
+    ) -> R<Vec<V>> {
+        let in_sizes = self.sizes_of(input, b)?;
+        let len = in_sizes[dim];
+        let keep = match take {
+            Some(k) => self.env.evaluate(k, b).map_err(|e| e.to_string())?,
+            None => len,
+        };
+        if keep < 0 || keep > len {
+            return Err(format!("selected {keep} of {len} elements"));
+        }
+        let inner: i64 = in_sizes[dim + 1..].iter().product();
+        let outer: i64 = in_sizes[..dim].iter().product();
+        let src = &storage[input.index()];
+        let mut out = vec![V::I(0); (outer * keep * inner).max(0) as usize];
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut line: Vec<(V, i64)> = (0..len)
+                    .map(|j| (src[((o * len + j) * inner + i) as usize], j))
+                    .collect();
+                line.sort_by(|a, c| order_key(a.0, c.0, descending));
+                for (j, &(v, at)) in line.iter().take(keep as usize).enumerate() {
+                    out[((o * keep + j as i64) * inner + i) as usize] =
+                        if indices { V::I(at) } else { v };
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Running sums along `dim` of the contiguous `input` (same shape).
+    pub(super) fn scan(
+        &self,
+        buf: &Buffer,
+        storage: &[Vec<V>],
+        b: &Bindings,
+        input: BufferId,
+        dim: usize,
+    ) -> R<Vec<V>> {
+        let sizes = self.sizes_of(input, b)?;
+        let inner: i64 = sizes[dim + 1..].iter().product();
+        let len = sizes[dim];
+        let mut acc = storage[input.index()].clone();
+        for k in 0..acc.len() as i64 {
+            // Not the first along `dim`: add the running sum of the previous element.
+            if inner > 0 && len > 0 && (k / inner) % len > 0 {
+                let prev = acc[(k - inner) as usize];
+                acc[k as usize] = store(
+                    buf.dtype,
+                    combine(ReductionKind::Sum, buf.dtype, prev, acc[k as usize]),
+                );
+            }
+        }
+        Ok(acc)
+    }
+
+    /// A copy of the base, then the body's values written or added at their targets in order.
+    pub(super) fn scatter(&self, buf: &Buffer, storage: &[Vec<V>], b: &mut Bindings) -> R<Vec<V>> {
+        let BufferKind::Scatter {
+            base,
+            loops,
+            body,
+            target,
+            accumulate,
+        } = &buf.kind
+        else {
+            unreachable!("called for scatter buffers")
+        };
+        let shape = self.sizes_of(*base, b)?;
+        let total: i64 = shape.iter().product();
+        let mut out = Vec::with_capacity(total.max(0) as usize);
+        let mut idx = vec![0i64; shape.len()];
+        for _ in 0..total.max(0) {
+            out.push(store(buf.dtype, self.read_at(storage, *base, &idx, b)?));
+            next_index(&mut idx, &shape);
+        }
+        let ranges: Vec<i64> = loops
+            .ranges
+            .iter()
+            .map(|&r| self.env.evaluate(r, b).map_err(|e| e.to_string()))
+            .collect::<R<_>>()?;
+        let mut idx = vec![0i64; ranges.len()];
+        for _ in 0..ranges.iter().product::<i64>().max(0) {
+            for (&var, &v) in loops.vars.iter().zip(&idx) {
+                b.set(
+                    self.env
+                        .pool()
+                        .as_symbol(var)
+                        .expect("loop vars are symbols"),
+                    v,
+                );
+            }
+            let v = self.eval_body(body, b, storage)?;
+            let at = self.env.evaluate(*target, b).map_err(|e| e.to_string())?;
+            let slot = out
+                .get_mut(at as usize)
+                .filter(|_| at >= 0)
+                .ok_or_else(|| format!("scatter out of bounds at {at}"))?;
+            *slot = if *accumulate {
+                store(buf.dtype, combine(ReductionKind::Sum, buf.dtype, *slot, v))
+            } else {
+                store(buf.dtype, v)
+            };
+            next_index(&mut idx, &ranges);
+        }
+        Ok(out)
+    }
+
+    /// mm, bmm and grouped mm: products accumulated exactly (f64), rounded once.
+    pub(super) fn extern_kernel(
+        &self,
+        buf: &Buffer,
+        kernel: ExternKernel,
+        args: &[BufferId],
+        storage: &[Vec<V>],
+        b: &Bindings,
+    ) -> R<Vec<V>> {
+        let (a, m) = (args[0], args[1]);
+        let (da, dm) = (self.sizes_of(a, b)?, self.sizes_of(m, b)?);
+        let out_shape = self.sizes_of_buffer(buf, b)?;
+        let read = |id: BufferId, idx: &[i64]| self.read_at(storage, id, idx, b).map(|v| v.f());
+        // Group g covers [start, end) of the grouped dimension (all of it without offsets).
+        let groups: Vec<(i64, i64)> = match args.get(2) {
+            Some(&offs) => {
+                let limit = match (da.len(), dm.len()) {
+                    (2, 3) => da[0],
+                    (2, 2) => da[1],
+                    _ => dm[1],
+                };
+                let mut start = 0;
+                let mut gs = Vec::new();
+                for g in 0..self.sizes_of(offs, b)?[0] {
+                    let end = self.read_at(storage, offs, &[g], b)?.i();
+                    if end < start || end > limit {
+                        return Err(format!(
+                            "{} (offset {g} is {end}, after {start}, size {limit})",
+                            crate::loop_ir::Check::GroupOffsets.message()
+                        ));
+                    }
+                    gs.push((start, end));
+                    start = end;
+                }
+                gs
+            }
+            None => Vec::new(),
+        };
+        let inner = match kernel {
+            ExternKernel::Mm => da[1],
+            _ => *da.last().expect("rank ≥ 2"),
+        };
+        let inner2 = match (kernel, dm.len()) {
+            (ExternKernel::Mm, _) | (_, 2) => dm[0],
+            _ => dm[1],
+        };
+        if inner != inner2 {
+            return Err(format!(
+                "{} of [.., {inner}] by [{inner2}, ..]",
+                kernel.name()
+            ));
+        }
+        let total: i64 = out_shape.iter().product();
+        let mut out = Vec::with_capacity(total.max(0) as usize);
+        let mut o = vec![0i64; out_shape.len()];
+        let dot = |rows: &dyn Fn(i64) -> R<f64>, cols: &dyn Fn(i64) -> R<f64>, ks: (i64, i64)| {
+            (ks.0..ks.1).try_fold(0.0, |acc, k| Ok::<f64, String>(acc + rows(k)? * cols(k)?))
+        };
+        for _ in 0..total.max(0) {
+            let v = match (kernel, da.len(), dm.len()) {
+                (ExternKernel::Mm, ..) => dot(
+                    &|k| read(a, &[o[0], k]),
+                    &|k| read(m, &[k, o[1]]),
+                    (0, inner),
+                )?,
+                (ExternKernel::Bmm, ..) | (ExternKernel::GroupedMm, 3, 3) => dot(
+                    &|k| read(a, &[o[0], o[1], k]),
+                    &|k| read(m, &[o[0], k, o[2]]),
+                    (0, inner),
+                )?,
+                // Row groups: row r uses the weight of the group that holds it.
+                (_, 2, 3) => match groups.iter().position(|&(s, e)| s <= o[0] && o[0] < e) {
+                    Some(g) => dot(
+                        &|k| read(a, &[o[0], k]),
+                        &|k| read(m, &[g as i64, k, o[1]]),
+                        (0, inner),
+                    )?,
+                    None => 0.0,
+                },
+                // Inner-dimension groups: output g sums over its slice of k.
+                (_, 2, 2) => dot(
+                    &|k| read(a, &[o[1], k]),
+                    &|k| read(m, &[k, o[2]]),
+                    groups[o[0] as usize],
+                )?,
+                // Column groups: column c uses the operand of the group that holds it.
+                _ => match groups.iter().position(|&(s, e)| s <= o[1] && o[1] < e) {
+                    Some(g) => dot(
+                        &|k| read(a, &[g as i64, o[0], k]),
+                        &|k| read(m, &[k, o[1]]),
+                        (0, inner),
+                    )?,
+                    None => 0.0,
+                },
+            };
+            out.push(store(buf.dtype, V::F(v)));
+            next_index(&mut o, &out_shape);
+        }
+        Ok(out)
+    }
+
+    fn sizes_of_buffer(&self, buf: &Buffer, b: &Bindings) -> R<Vec<i64>> {
+        buf.layout
+            .sizes
+            .iter()
+            .map(|&s| self.env.evaluate(s, b).map_err(|e| e.to_string()))
+            .collect()
+    }
+}
+
+/// The next multi-index in row-major order (last dimension fastest).
+pub(super) fn next_index(idx: &mut [i64], sizes: &[i64]) {
+    for k in (0..idx.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < sizes[k] {
+            return;
+        }
+        idx[k] = 0;
+    }
+}

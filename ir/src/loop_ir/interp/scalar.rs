@@ -1,0 +1,180 @@
+//! Scalar semantics of the interpreter: pointwise ops, reduction combines and the sort order.
+
+use super::V;
+use crate::graph::DType;
+use crate::loop_ir::{BinaryOp, ReductionKind, UnaryOp};
+
+/// The order of a sort: NaN above every number; descending reverses it (the sort is stable, so
+/// equal values keep their positions' order either way).
+pub(super) fn order_key(a: V, c: V, descending: bool) -> std::cmp::Ordering {
+    let o = match (a, c) {
+        (V::F(x), V::F(y)) => match (x.is_nan(), y.is_nan()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ => x.partial_cmp(&y).expect("not NaN"),
+        },
+        _ => a.i().cmp(&c.i()),
+    };
+    if descending {
+        o.reverse()
+    } else {
+        o
+    }
+}
+
+/// Whether `v` replaces the current best `b` of an arg-reduction (strictly better, or the first NaN).
+pub(super) fn better(kind: ReductionKind, dtype: DType, v: V, b: V) -> bool {
+    if dtype.is_float() {
+        let (x, y) = (v.f(), b.f());
+        if y.is_nan() {
+            return false;
+        }
+        if x.is_nan() {
+            return true;
+        }
+        return if kind == ReductionKind::ArgMax {
+            x > y
+        } else {
+            x < y
+        };
+    }
+    if kind == ReductionKind::ArgMax {
+        v.i() > b.i()
+    } else {
+        v.i() < b.i()
+    }
+}
+
+pub(super) fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
+    match (kind, dtype.is_float()) {
+        (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
+        (ReductionKind::Sum, false) => V::I(a.i().wrapping_add(v.i())),
+        // NaN propagates, as in ATen.
+        (ReductionKind::Max, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
+            f64::NAN
+        } else {
+            a.f().max(v.f())
+        }),
+        (ReductionKind::Min, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
+            f64::NAN
+        } else {
+            a.f().min(v.f())
+        }),
+        (ReductionKind::Max, false) => V::I(a.i().max(v.i())),
+        (ReductionKind::Min, false) => V::I(a.i().min(v.i())),
+        (ReductionKind::Any, _) => V::I(i64::from(a.i() != 0 || v.i() != 0)),
+        (ReductionKind::ArgMax | ReductionKind::ArgMin, _) => {
+            unreachable!("arg-reductions keep a position")
+        }
+    }
+}
+
+pub(super) fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
+    if !dtype.is_float() && u != UnaryOp::LogicalNot {
+        return match u {
+            UnaryOp::Neg => V::I(a.i().wrapping_neg()),
+            UnaryOp::Abs => V::I(a.i().wrapping_abs()),
+            UnaryOp::Relu => V::I(a.i().max(0)),
+            UnaryOp::BitNot if dtype == DType::Bool => V::I(i64::from(a.i() == 0)),
+            UnaryOp::BitNot => V::I(!a.i()),
+            _ => V::F(unary(u, V::F(a.f()), DType::F64).f()),
+        };
+    }
+    let x = a.f();
+    V::F(match u {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0)
+            }
+        }
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::LogicalNot => return V::I(i64::from(a.f() == 0.0)),
+        UnaryOp::BitNot => f64::NAN,
+    })
+}
+
+pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String> {
+    use BinaryOp::*;
+    let cmp = |r: bool| V::I(i64::from(r));
+    if dtype.is_float() {
+        let (x, y) = (a.f(), b.f());
+        return Ok(match o {
+            Add => V::F(x + y),
+            Sub => V::F(x - y),
+            Mul => V::F(x * y),
+            Div => V::F(x / y),
+            FloorDiv => V::F((x / y).floor()),
+            TruncDiv => V::F((x / y).trunc()),
+            Pow => V::F(x.powf(y)),
+            Max => V::F(if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.max(y)
+            }),
+            Min => V::F(if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.min(y)
+            }),
+            Eq => cmp(x == y),
+            Ne => cmp(x != y),
+            Lt => cmp(x < y),
+            Le => cmp(x <= y),
+            Gt => cmp(x > y),
+            Ge => cmp(x >= y),
+            LogicalAnd => cmp(x != 0.0 && y != 0.0),
+            LogicalOr => cmp(x != 0.0 || y != 0.0),
+            BitAnd | BitOr => return Err("bitwise op on floats".into()),
+        });
+    }
+    let (x, y) = (a.i(), b.i());
+    Ok(match o {
+        Add => V::I(x.wrapping_add(y)),
+        Sub => V::I(x.wrapping_sub(y)),
+        Mul => V::I(x.wrapping_mul(y)),
+        Div => V::F(x as f64 / y as f64),
+        FloorDiv | TruncDiv => {
+            if y == 0 {
+                return Err("integer division by zero".into());
+            }
+            let q = x.wrapping_div(y);
+            V::I(if o == FloorDiv && (x % y != 0) && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            })
+        }
+        Pow => V::I(if y < 0 {
+            0
+        } else {
+            x.wrapping_pow(y.min(u32::MAX as i64) as u32)
+        }),
+        Max => V::I(x.max(y)),
+        Min => V::I(x.min(y)),
+        Eq => cmp(x == y),
+        Ne => cmp(x != y),
+        Lt => cmp(x < y),
+        Le => cmp(x <= y),
+        Gt => cmp(x > y),
+        Ge => cmp(x >= y),
+        LogicalAnd => cmp(x != 0 && y != 0),
+        LogicalOr => cmp(x != 0 || y != 0),
+        BitAnd => V::I(x & y),
+        BitOr => V::I(x | y),
+    })
+}
