@@ -347,6 +347,11 @@ const CASES: &[(&str, &str)] = &[
         "aten.histc.default",
         r#"{"self": {"tensor": "x"}, "bins": 5, "min": -1, "max": 1.5}"#,
     ),
+    // Fractions are true (0.5 → true), as in ATen.
+    (
+        "aten._to_copy.default",
+        r#"{"self": {"tensor": "x"}, "dtype": {"dtype": "bool"}}"#,
+    ),
     ("aten.histc.default", r#"{"self": {"tensor": "h"}}"#),
     (
         "aten.empty_permuted.default",

@@ -135,6 +135,18 @@ impl Check {
     }
 }
 
+impl Op {
+    /// A transcendental function: recomputing it per reader costs more than a load.
+    pub fn is_transcendental(&self) -> bool {
+        use UnaryOp::*;
+        matches!(
+            self,
+            Op::Unary(Exp | Log | Log1p | Sin | Cos | Tanh | Sigmoid | Erf, _)
+                | Op::Binary(BinaryOp::Pow, _, _)
+        )
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Body {
     /// Each op with the dtype of its value.
@@ -213,6 +225,25 @@ impl BodyBuilder {
         if self.dtype(v) == dtype {
             return v;
         }
+        // A constant is converted now, rounded or wrapped as the cast would at run time.
+        if let (Op::Constant(c), _) = self.body.ops[v.0 as usize] {
+            let c = match (c, dtype.is_float()) {
+                (Constant::Float(bits), true) => {
+                    Constant::float(crate::tensor::round_to(dtype, f64::from_bits(bits)))
+                }
+                (Constant::Int(i), true) => {
+                    Constant::float(crate::tensor::round_to(dtype, i as f64))
+                }
+                (Constant::Float(bits), false) if dtype == DType::Bool => {
+                    Constant::Int(i64::from(f64::from_bits(bits) != 0.0))
+                }
+                (Constant::Float(bits), false) => {
+                    Constant::Int(crate::tensor::wrap_to(dtype, f64::from_bits(bits) as i64))
+                }
+                (Constant::Int(i), false) => Constant::Int(crate::tensor::wrap_to(dtype, i)),
+            };
+            return self.constant(c, dtype);
+        }
         self.push(Op::Cast(v), dtype)
     }
 
@@ -226,6 +257,14 @@ impl BodyBuilder {
 
     /// `a op b`; both operands must already have the computation dtype.
     pub fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+        // x ** 2 is x * x, exactly as ATen computes it.
+        if op == BinaryOp::Pow && self.dtype(a).is_float() {
+            if let (Op::Constant(Constant::Float(bits)), _) = self.body.ops[b.0 as usize] {
+                if f64::from_bits(bits) == 2.0 {
+                    return self.binary(BinaryOp::Mul, a, a);
+                }
+            }
+        }
         let dtype = match op {
             BinaryOp::Eq
             | BinaryOp::Ne
@@ -264,8 +303,82 @@ impl BodyBuilder {
         self.push(Op::Check { cond, check }, DType::Bool)
     }
 
-    pub fn finish(mut self, result: ValueId) -> Body {
-        self.body.result = Some(result);
-        self.body
+    /// The body computing `result`, without the ops nothing needs (binds and checks are kept:
+    /// they act by themselves).
+    pub fn finish(self, result: ValueId) -> Body {
+        let ops = self.body.ops;
+        let mut live = vec![false; ops.len()];
+        live[result.0 as usize] = true;
+        for (i, (op, _)) in ops.iter().enumerate() {
+            if matches!(op, Op::Bind { .. } | Op::Check { .. }) {
+                live[i] = true;
+            }
+        }
+        for i in (0..ops.len()).rev() {
+            if live[i] {
+                ops[i].0.for_each_operand(|v| live[v.0 as usize] = true);
+            }
+        }
+        let mut new_id = vec![ValueId(u32::MAX); ops.len()];
+        let mut kept = Vec::with_capacity(ops.len());
+        for (i, (mut op, dtype)) in ops.into_iter().enumerate() {
+            if live[i] {
+                op.map_operands(|v| new_id[v.0 as usize]);
+                new_id[i] = ValueId(kept.len() as u32);
+                kept.push((op, dtype));
+            }
+        }
+        Body {
+            ops: kept,
+            result: Some(new_id[result.0 as usize]),
+        }
+    }
+}
+
+impl Op {
+    /// Calls `f` on every value this op reads.
+    pub fn for_each_operand(&self, mut f: impl FnMut(ValueId)) {
+        match *self {
+            Op::Load { mask, .. } | Op::Index(_, mask) => mask.into_iter().for_each(f),
+            Op::Constant(_) => {}
+            Op::Unary(_, a) | Op::Cast(a) => f(a),
+            Op::Binary(_, a, b) => {
+                f(a);
+                f(b)
+            }
+            Op::Where(c, a, b) => {
+                f(c);
+                f(a);
+                f(b)
+            }
+            Op::Bind { value, mask, .. } => {
+                f(value);
+                mask.into_iter().for_each(f)
+            }
+            Op::Check { cond, .. } => f(cond),
+        }
+    }
+
+    /// Replaces every value this op reads by `f(value)`.
+    pub fn map_operands(&mut self, f: impl Fn(ValueId) -> ValueId) {
+        match self {
+            Op::Load { mask, .. } | Op::Index(_, mask) => *mask = mask.map(&f),
+            Op::Constant(_) => {}
+            Op::Unary(_, a) | Op::Cast(a) => *a = f(*a),
+            Op::Binary(_, a, b) => {
+                *a = f(*a);
+                *b = f(*b)
+            }
+            Op::Where(c, a, b) => {
+                *c = f(*c);
+                *a = f(*a);
+                *b = f(*b)
+            }
+            Op::Bind { value, mask, .. } => {
+                *value = f(*value);
+                *mask = mask.map(&f)
+            }
+            Op::Check { cond, .. } => *cond = f(*cond),
+        }
     }
 }

@@ -111,6 +111,9 @@ pub enum BufferKind {
         kernel: ExternKernel,
         inputs: Vec<BufferId>,
     },
+    /// A view of `base`'s storage through this buffer's own layout (a transposed weight given to
+    /// a matmul): no data of its own, no kernel.
+    View { base: BufferId },
     /// `.item()`: reads the one element of `input` into the unbacked symbol `symbol` (checked
     /// against its range and the runtime asserts that only involve bound symbols). Holds no data.
     Item {

@@ -30,6 +30,16 @@ impl Program {
                         list(&b.layout.strides)
                     );
                 }
+                BufferKind::View { base } => {
+                    let _ = writeln!(
+                        out,
+                        "view {} = {}: {shape} strides [{}] offset {}{from}",
+                        b.name,
+                        self.buffers[base.index()].name,
+                        list(&b.layout.strides),
+                        env.text(b.layout.offset)
+                    );
+                }
                 BufferKind::Select { input, mask, count } => {
                     let what = match mask {
                         Some(m) => format!(

@@ -52,6 +52,9 @@ pub struct LTensor {
     pub wrapped: bool,
     /// The buffer holding it, once realized.
     pub buffer: Option<BufferId>,
+    /// A strided view of a buffer's storage (a buffer read as is, or permuted): what an extern
+    /// kernel can take without a copy.
+    pub strided: Option<(BufferId, Layout)>,
 }
 
 impl LTensor {
@@ -63,6 +66,7 @@ impl LTensor {
             loader,
             wrapped: false,
             buffer: None,
+            strided: None,
         }
     }
 }
@@ -165,10 +169,17 @@ impl<'g> Lowerer<'g> {
                     message,
                 },
             })?;
-            // Read by several nodes: computed once, into a buffer.
+            // Read by several nodes: computed once, into a buffer, unless recomputing it in each
+            // reader is cheaper than a store and the loads (no transcendental ops, a small body).
             let outs = if self.uses[i] > 1 {
                 outs.into_iter()
-                    .map(|t| self.realize(t, &node.name))
+                    .map(|t| {
+                        if self.cheap_to_recompute(&t) {
+                            t
+                        } else {
+                            self.realize(t, &node.name)
+                        }
+                    })
                     .collect()
             } else {
                 outs
@@ -269,6 +280,26 @@ impl<'g> Lowerer<'g> {
             .iter()
             .map(|&s| self.env.new_index_var(prefix, s))
             .collect()
+    }
+
+    /// Whether a tensor read by several nodes may be recomputed by each: its body (with what it
+    /// inlines) has no transcendental function and at most `CHEAP_OPS` ops.
+    fn cheap_to_recompute(&mut self, t: &LTensor) -> bool {
+        const CHEAP_OPS: usize = 48;
+        if t.buffer.is_some() {
+            return true;
+        }
+        let vars = self.index_vars("x", &t.sizes);
+        let mut body = BodyBuilder::default();
+        let v = (t.loader)(
+            &mut Ctx {
+                env: &mut self.env,
+                body: &mut body,
+            },
+            &vars,
+        );
+        let body = body.finish(v);
+        body.ops.len() <= CHEAP_OPS && !body.ops.iter().any(|(op, _)| op.is_transcendental())
     }
 
     /// Computes `t` into a new contiguous buffer (unless it already is one).
@@ -372,6 +403,28 @@ impl<'g> Lowerer<'g> {
         buffer_tensor(id, dtype, layout)
     }
 
+    /// A buffer holding `t` for a library kernel: its own buffer, a view of the buffer it is a
+    /// strided view of (no copy), else a new contiguous buffer.
+    pub(crate) fn as_buffer(&mut self, t: LTensor, origin: &str) -> BufferId {
+        if let Some(b) = t.buffer {
+            return b;
+        }
+        match t.strided {
+            Some((base, layout)) => {
+                let id = BufferId(self.buffers.len() as u32);
+                self.buffers.push(Buffer {
+                    name: format!("buf{}", id.0),
+                    dtype: t.dtype,
+                    layout,
+                    kind: BufferKind::View { base },
+                    origins: vec![origin.to_string()],
+                });
+                id
+            }
+            None => self.realize(t, origin).buffer.expect("realized"),
+        }
+    }
+
     /// Reads the one element of `input` into `symbol` at run time (a buffer that holds no data).
     pub(crate) fn add_item(&mut self, input: BufferId, symbol: crate::sym::SymbolId, origin: &str) {
         self.add_buffer(BufferKind::Item { input, symbol }, DType::I64, &[], origin);
@@ -392,6 +445,7 @@ impl<'g> Lowerer<'g> {
 /// A tensor read from a buffer through its layout.
 fn buffer_tensor(id: BufferId, dtype: DType, layout: Layout) -> LTensor {
     let sizes = layout.sizes.clone();
+    let layout_copy = layout.clone();
     let loader: Loader = Rc::new(move |ctx: &mut Ctx, idx: &[Expr]| {
         let at = layout.index(ctx.env, idx);
         let v = ctx.body.load(id, at, dtype);
@@ -403,6 +457,7 @@ fn buffer_tensor(id: BufferId, dtype: DType, layout: Layout) -> LTensor {
         loader,
         wrapped: false,
         buffer: Some(id),
+        strided: Some((id, layout_copy)),
     }
 }
 

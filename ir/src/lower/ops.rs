@@ -679,6 +679,7 @@ pub(super) fn number(s: Scalar) -> LTensor {
         loader,
         wrapped: true,
         buffer: None,
+        strided: None,
     }
 }
 
@@ -1039,17 +1040,16 @@ fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool)
         }
     }
     sizes.push(b.sizes[k]);
-    let a = l.realize(a, &n.name);
-    let b = l.realize(b, &n.name);
+    let (dtype, a, b) = (a.dtype, l.as_buffer(a, &n.name), l.as_buffer(b, &n.name));
     let kernel = if batched {
         crate::loop_ir::ExternKernel::Bmm
     } else {
         crate::loop_ir::ExternKernel::Mm
     };
-    let inputs = vec![a.buffer.expect("realized"), b.buffer.expect("realized")];
+    let inputs = vec![a, b];
     Ok(l.add_buffer(
         BufferKind::Extern { kernel, inputs },
-        a.dtype,
+        dtype,
         &sizes,
         &n.name,
     ))

@@ -493,12 +493,9 @@ pub(super) fn grouped_mm(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         Some(Arg::DType(d)) => *d,
         _ => a.dtype,
     };
-    let mut inputs = vec![
-        l.realize(a, &n.name).buffer.expect("realized"),
-        l.realize(b, &n.name).buffer.expect("realized"),
-    ];
+    let mut inputs = vec![l.as_buffer(a, &n.name), l.as_buffer(b, &n.name)];
     if let Some(o) = offs {
-        inputs.push(l.realize(o, &n.name).buffer.expect("realized"));
+        inputs.push(l.as_buffer(o, &n.name));
     }
     let kind = BufferKind::Extern {
         kernel: ExternKernel::GroupedMm,

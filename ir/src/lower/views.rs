@@ -84,6 +84,7 @@ pub(super) fn broadcast(l: &mut Lowerer, operands: &[LTensor]) -> R<(Vec<Expr>, 
             loader,
             wrapped: t.wrapped,
             buffer: None,
+            strided: None,
             dtype: t.dtype,
         });
     }
@@ -176,6 +177,14 @@ pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {
         }
     }
     let sizes: Vec<Expr> = perm.iter().map(|&p| x.sizes[p]).collect();
+    let strided = x.strided.as_ref().map(|(base, layout)| {
+        let layout = crate::loop_ir::Layout {
+            sizes: sizes.clone(),
+            strides: perm.iter().map(|&p| layout.strides[p]).collect(),
+            offset: layout.offset,
+        };
+        (*base, layout)
+    });
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
@@ -184,7 +193,9 @@ pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {
         }
         inner(c, &src)
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    Ok(t)
 }
 
 pub(super) fn unsqueeze(l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {

@@ -200,6 +200,9 @@ fn at(o: &Operand, idx: &[usize]) -> E {
 fn to(d: DType, v: E) -> E {
     if d.is_float() {
         E::F(v.f())
+    } else if let (DType::Bool, E::F(x)) = (d, v) {
+        // A float is true when non-zero (0.5 and NaN included), as in ATen.
+        E::I(i64::from(x != 0.0))
     } else {
         E::I(wrap_to(d, v.i()))
     }

@@ -54,6 +54,9 @@ impl V {
 pub(super) fn store(dtype: DType, v: V) -> V {
     if dtype.is_float() {
         V::F(round_to(dtype, v.f()))
+    } else if let (DType::Bool, V::F(x)) = (dtype, v) {
+        // A float is true when non-zero (0.5 and NaN included), as in ATen.
+        V::I(i64::from(x != 0.0))
     } else {
         V::I(wrap_to(dtype, v.i()))
     }
@@ -150,6 +153,11 @@ impl Program {
                         Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
                         Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
                     });
+                }
+                BufferKind::View { base } => {
+                    let data = storage[base.index()].clone();
+                    storage.push(data);
+                    continue;
                 }
                 BufferKind::Select { .. } => unreachable!("handled before the size is computed"),
                 BufferKind::Sort {
