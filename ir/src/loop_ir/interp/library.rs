@@ -2,7 +2,7 @@
 //! buffer's contiguous storage or a message that the caller attaches to the buffer.
 
 use super::scalar::{combine, order_key};
-use super::{store, V};
+use super::{store, Storage, V};
 use crate::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind};
 use crate::sym::{Bindings, Expr};
 
@@ -19,11 +19,12 @@ impl Program {
     }
 
     /// Element `idx` of buffer `id`, read through its layout.
-    fn read_at(&self, storage: &[Vec<V>], id: BufferId, idx: &[i64], b: &Bindings) -> R<V> {
+    fn read_at(&self, storage: &Storage, id: BufferId, idx: &[i64], b: &Bindings) -> R<V> {
         let at = self.buffers[id.index()]
             .layout
             .index_value(&self.env, idx, b)?;
-        storage[id.index()]
+        storage
+            .get(id)
             .get(at as usize)
             .filter(|_| at >= 0)
             .copied()
@@ -35,10 +36,53 @@ impl Program {
             })
     }
 
+    /// `nonzero` / `masked_select`: binds the count found, then lists the indices or the values.
+    pub(super) fn select(
+        &self,
+        storage: &Storage,
+        b: &mut Bindings,
+        input: BufferId,
+        mask: Option<BufferId>,
+        count: crate::sym::SymbolId,
+    ) -> R<Vec<V>> {
+        let src = storage.get(input);
+        let picked: Vec<usize> = match mask {
+            Some(m) => storage
+                .get(m)
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.i() != 0)
+                .map(|(k, _)| k)
+                .collect(),
+            None => src
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.f() != 0.0)
+                .map(|(k, _)| k)
+                .collect(),
+        };
+        self.bind_produced(b, count, picked.len() as i64)?;
+        if mask.is_some() {
+            return Ok(picked.iter().map(|&k| src[k]).collect());
+        }
+        let shape = self.sizes_of(input, b)?;
+        let mut out = Vec::with_capacity(picked.len() * shape.len());
+        for &k in &picked {
+            let mut rest = k as i64;
+            let mut idx = vec![0i64; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = rest % shape[d].max(1);
+                rest /= shape[d].max(1);
+            }
+            out.extend(idx.into_iter().map(V::I));
+        }
+        Ok(out)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn sort(
         &self,
-        storage: &[Vec<V>],
+        storage: &Storage,
         b: &Bindings,
         input: BufferId,
         dim: usize,
@@ -57,7 +101,7 @@ impl Program {
         }
         let inner: i64 = in_sizes[dim + 1..].iter().product();
         let outer: i64 = in_sizes[..dim].iter().product();
-        let src = &storage[input.index()];
+        let src = storage.get(input);
         let mut out = vec![V::I(0); (outer * keep * inner).max(0) as usize];
         for o in 0..outer {
             for i in 0..inner {
@@ -78,7 +122,7 @@ impl Program {
     pub(super) fn scan(
         &self,
         buf: &Buffer,
-        storage: &[Vec<V>],
+        storage: &Storage,
         b: &Bindings,
         input: BufferId,
         dim: usize,
@@ -86,7 +130,7 @@ impl Program {
         let sizes = self.sizes_of(input, b)?;
         let inner: i64 = sizes[dim + 1..].iter().product();
         let len = sizes[dim];
-        let mut acc = storage[input.index()].clone();
+        let mut acc = storage.get(input).clone();
         for k in 0..acc.len() as i64 {
             // Not the first along `dim`: add the running sum of the previous element.
             if inner > 0 && len > 0 && (k / inner) % len > 0 {
@@ -101,7 +145,7 @@ impl Program {
     }
 
     /// A copy of the base, then the body's values written or added at their targets in order.
-    pub(super) fn scatter(&self, buf: &Buffer, storage: &[Vec<V>], b: &mut Bindings) -> R<Vec<V>> {
+    pub(super) fn scatter(&self, buf: &Buffer, storage: &Storage, b: &mut Bindings) -> R<Vec<V>> {
         let BufferKind::Scatter {
             base,
             loops,
@@ -158,7 +202,7 @@ impl Program {
         buf: &Buffer,
         kernel: ExternKernel,
         args: &[BufferId],
-        storage: &[Vec<V>],
+        storage: &Storage,
         b: &Bindings,
     ) -> R<Vec<V>> {
         let (a, m) = (args[0], args[1]);

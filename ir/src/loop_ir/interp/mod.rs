@@ -2,17 +2,21 @@
 //! a fast path. Every load is bounds-checked; an out-of-range index, a division by zero or an empty
 //! max/min reduction is an error naming the buffer and its graph nodes.
 
+mod exec;
 mod library;
 mod scalar;
+
+use exec::Storage;
+pub use exec::{ExecPlan, ExecStep};
 
 use thiserror::Error;
 
 use scalar::{better, binary, combine, unary};
 
-use super::{BufferKind, Constant, Op, Program, ReductionKind};
+use super::{Constant, Op, Program, ReductionKind};
 use crate::graph::DType;
 use crate::sym::{Bindings, Expr};
-use crate::tensor::{round_to, wrap_to, Data, HostTensor};
+use crate::tensor::{round_to, wrap_to};
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum RunError {
@@ -63,228 +67,6 @@ pub(super) fn store(dtype: DType, v: V) -> V {
 }
 
 impl Program {
-    /// Runs the program. `bindings` gives every graph symbol's value.
-    pub fn run(
-        &self,
-        inputs: &[HostTensor],
-        bindings: &Bindings,
-    ) -> Result<Vec<HostTensor>, RunError> {
-        self.env
-            .check_bindings(bindings)
-            .map_err(|e| RunError::Assert(e.to_string()))?;
-        let mut storage: Vec<Vec<V>> = Vec::with_capacity(self.buffers.len());
-        let mut b = bindings.clone();
-        for buf in &self.buffers {
-            let fail = |message: String| RunError::Buffer {
-                buffer: buf.name.clone(),
-                origins: buf.origins.join(", "),
-                message,
-            };
-            let eval =
-                |b: &Bindings, e: Expr| self.env.evaluate(e, b).map_err(|e| fail(e.to_string()));
-            // A data-dependent output binds its count before its size can be known.
-            if let BufferKind::Select { input, mask, count } = &buf.kind {
-                let src = &storage[input.index()];
-                let picked: Vec<usize> = match mask {
-                    Some(m) => storage[m.index()]
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, v)| v.i() != 0)
-                        .map(|(k, _)| k)
-                        .collect(),
-                    None => src
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, v)| v.f() != 0.0)
-                        .map(|(k, _)| k)
-                        .collect(),
-                };
-                self.bind_produced(&mut b, *count, picked.len() as i64)
-                    .map_err(fail)?;
-                let out = match mask {
-                    Some(_) => picked.iter().map(|&k| src[k]).collect(),
-                    None => {
-                        let shape: Vec<i64> = self.buffers[input.index()]
-                            .layout
-                            .sizes
-                            .iter()
-                            .map(|&s| eval(&b, s))
-                            .collect::<Result<_, _>>()?;
-                        let mut out = Vec::with_capacity(picked.len() * shape.len());
-                        for &k in &picked {
-                            let mut rest = k as i64;
-                            let mut idx = vec![0i64; shape.len()];
-                            for d in (0..shape.len()).rev() {
-                                idx[d] = rest % shape[d].max(1);
-                                rest /= shape[d].max(1);
-                            }
-                            out.extend(idx.into_iter().map(V::I));
-                        }
-                        out
-                    }
-                };
-                storage.push(out);
-                continue;
-            }
-            let numel =
-                buf.layout
-                    .sizes
-                    .iter()
-                    .map(|&s| eval(&b, s))
-                    .try_fold(1i64, |acc, s| {
-                        s.and_then(|s| {
-                            acc.checked_mul(s)
-                                .ok_or_else(|| fail("size overflows".into()))
-                        })
-                    })?;
-            match &buf.kind {
-                BufferKind::Input(n) => {
-                    let t = inputs.get(*n).ok_or(RunError::Input {
-                        index: *n,
-                        message: "missing".into(),
-                    })?;
-                    if t.numel() as i64 != numel {
-                        return Err(RunError::Input {
-                            index: *n,
-                            message: format!("{} elements, expected {numel}", t.numel()),
-                        });
-                    }
-                    storage.push(match &t.data {
-                        Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
-                        Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
-                    });
-                }
-                BufferKind::View { base } => {
-                    let data = storage[base.index()].clone();
-                    storage.push(data);
-                    continue;
-                }
-                BufferKind::Select { .. } => unreachable!("handled before the size is computed"),
-                BufferKind::Sort {
-                    input,
-                    dim,
-                    descending,
-                    take,
-                    indices,
-                } => {
-                    let out = self
-                        .sort(&storage, &b, *input, *dim, *descending, *take, *indices)
-                        .map_err(fail)?;
-                    storage.push(out);
-                    continue;
-                }
-                BufferKind::Scan { input, dim } => {
-                    let out = self.scan(buf, &storage, &b, *input, *dim).map_err(fail)?;
-                    storage.push(out);
-                    continue;
-                }
-                BufferKind::Scatter { .. } => {
-                    let out = self.scatter(buf, &storage, &mut b).map_err(fail)?;
-                    storage.push(out);
-                    continue;
-                }
-                BufferKind::Item { input, symbol } => {
-                    let v = storage[input.index()]
-                        .first()
-                        .copied()
-                        .ok_or_else(|| fail("item() of an empty tensor".into()))?
-                        .i();
-                    self.bind_produced(&mut b, *symbol, v).map_err(fail)?;
-                    storage.push(Vec::new());
-                    continue;
-                }
-                BufferKind::Extern {
-                    kernel,
-                    inputs: args,
-                } => {
-                    let out = self
-                        .extern_kernel(buf, *kernel, args, &storage, &b)
-                        .map_err(fail)?;
-                    storage.push(out);
-                }
-                BufferKind::Computed { loops, body } => {
-                    let ranges: Vec<i64> = loops
-                        .ranges
-                        .iter()
-                        .map(|&r| eval(&b, r))
-                        .collect::<Result<_, _>>()?;
-                    let (rkind, rranges) = match &loops.reduction {
-                        Some((k, rr, _)) => (
-                            Some(*k),
-                            rr.iter()
-                                .map(|&r| eval(&b, r))
-                                .collect::<Result<Vec<_>, _>>()?,
-                        ),
-                        None => (None, Vec::new()),
-                    };
-                    let mut out = vec![V::I(0); numel.max(0) as usize];
-                    let mut idx = vec![0i64; ranges.len()];
-                    let total: i64 = ranges.iter().product();
-                    for _ in 0..total.max(0) {
-                        for (k, &v) in loops.vars.iter().zip(&idx) {
-                            b.set(
-                                self.env
-                                    .pool()
-                                    .as_symbol(*k)
-                                    .expect("loop vars are symbols"),
-                                v,
-                            );
-                        }
-                        let value = match (rkind, &loops.reduction) {
-                            (None, _) => self.eval_body(body, &mut b, &storage).map_err(fail)?,
-                            (Some(kind), Some((_, _, rvars))) => self
-                                .reduce(kind, body, rvars, &rranges, &mut b, &storage)
-                                .map_err(fail)?,
-                            _ => unreachable!(),
-                        };
-                        let at = buf.layout.index_value(&self.env, &idx, &b).map_err(fail)?;
-                        let slot = out
-                            .get_mut(at as usize)
-                            .filter(|_| at >= 0)
-                            .ok_or_else(|| fail(format!("store out of bounds at {at}")))?;
-                        *slot = store(buf.dtype, value);
-                        // Next index, last dimension fastest.
-                        for k in (0..idx.len()).rev() {
-                            idx[k] += 1;
-                            if idx[k] < ranges[k] {
-                                break;
-                            }
-                            idx[k] = 0;
-                        }
-                    }
-                    storage.push(out);
-                }
-            }
-        }
-        let mut outs = Vec::new();
-        for &o in &self.outputs {
-            let buf = &self.buffers[o.index()];
-            let shape: Vec<usize> = buf
-                .layout
-                .sizes
-                .iter()
-                .map(|&s| self.env.evaluate(s, &b).map(|v| v as usize))
-                .collect::<Result<_, _>>()
-                .map_err(|e| RunError::Buffer {
-                    buffer: buf.name.clone(),
-                    origins: String::new(),
-                    message: e.to_string(),
-                })?;
-            let vals = &storage[o.index()];
-            let data = if buf.dtype.is_float() {
-                Data::Float(vals.iter().map(|v| v.f()).collect())
-            } else {
-                Data::Int(vals.iter().map(|v| v.i()).collect())
-            };
-            outs.push(HostTensor {
-                dtype: buf.dtype,
-                shape,
-                data,
-            });
-        }
-        Ok(outs)
-    }
-
     fn reduce(
         &self,
         kind: ReductionKind,
@@ -292,7 +74,7 @@ impl Program {
         rvars: &[Expr],
         rranges: &[i64],
         b: &mut Bindings,
-        storage: &[Vec<V>],
+        storage: &Storage,
     ) -> Result<V, String> {
         let total: i64 = rranges.iter().product();
         let dtype = body.dtype(body.result.expect("body has a result"));
@@ -352,7 +134,7 @@ impl Program {
         &self,
         body: &super::Body,
         b: &mut Bindings,
-        storage: &[Vec<V>],
+        storage: &Storage,
     ) -> Result<V, String> {
         let mut vals: Vec<V> = Vec::with_capacity(body.ops.len());
         for &(op, dtype) in &body.ops {
@@ -368,7 +150,7 @@ impl Program {
                 }
                 Op::Load { buffer, index, .. } => {
                     let i = self.env.evaluate(index, b).map_err(|e| e.to_string())?;
-                    let data = &storage[buffer.index()];
+                    let data = storage.get(buffer);
                     *data.get(i as usize).filter(|_| i >= 0).ok_or_else(|| {
                         format!(
                             "load from {} at index {i} is out of bounds (size {})",

@@ -1,0 +1,347 @@
+//! Running a program: buffer by buffer (`Program::run`), or as a schedule prescribes
+//! (`Program::run_plan`): kernels whose buffers are computed row by row together, and buffers
+//! placed in shared memory slots. A buffer's storage is poisoned (NaN, -1) when it is allocated, so
+//! an element read before it is written, or a slot reused while its buffer is still read, shows in
+//! the outputs.
+
+use super::{store, RunError, V};
+use crate::graph::DType;
+use crate::loop_ir::{Buffer, BufferId, BufferKind, Program};
+use crate::sym::{Bindings, Expr};
+use crate::tensor::{Data, HostTensor};
+
+/// How to run a program: the order of its steps and where its buffers live.
+#[derive(Clone, Debug)]
+pub struct ExecPlan {
+    pub steps: Vec<ExecStep>,
+    /// The memory slot of each buffer (`None`: storage of its own). A view always shares its
+    /// base's storage.
+    pub slot_of: Vec<Option<usize>>,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExecStep {
+    /// Computed buffers run together: for each of `rows` rows, each member in order computes its
+    /// elements of that row — its element count divided by `rows`, consecutive in its loop order.
+    Fused { members: Vec<BufferId>, rows: Expr },
+    /// A buffer computed whole (inputs, views, library kernels, a computed buffer alone).
+    Single(BufferId),
+}
+
+impl ExecPlan {
+    /// Every buffer alone, in program order, each in storage of its own.
+    pub fn unscheduled(p: &Program) -> ExecPlan {
+        ExecPlan {
+            steps: (0..p.buffers.len())
+                .map(|i| ExecStep::Single(BufferId(i as u32)))
+                .collect(),
+            slot_of: vec![None; p.buffers.len()],
+        }
+    }
+}
+
+/// Buffer contents: one vector per buffer of its own and per shared slot.
+pub(in crate::loop_ir) struct Storage {
+    data: Vec<Vec<V>>,
+    home: Vec<usize>,
+}
+
+impl Storage {
+    fn new(p: &Program, plan: &ExecPlan) -> Storage {
+        let n = p.buffers.len();
+        let mut home = Vec::with_capacity(n);
+        for (i, b) in p.buffers.iter().enumerate() {
+            home.push(match (&b.kind, plan.slot_of.get(i).copied().flatten()) {
+                (BufferKind::View { base }, _) => home[base.index()],
+                (_, Some(slot)) => n + slot,
+                (_, None) => i,
+            });
+        }
+        let slots = home.iter().copied().max().map_or(0, |m| m + 1);
+        Storage {
+            data: vec![Vec::new(); slots.max(n)],
+            home,
+        }
+    }
+
+    pub(super) fn get(&self, id: BufferId) -> &Vec<V> {
+        &self.data[self.home[id.index()]]
+    }
+
+    fn put(&mut self, id: BufferId, v: Vec<V>) {
+        self.data[self.home[id.index()]] = v;
+    }
+
+    /// Fresh storage for `id`, every element poisoned.
+    fn alloc(&mut self, id: BufferId, numel: usize, dtype: DType) {
+        let poison = if dtype.is_float() {
+            V::F(f64::NAN)
+        } else {
+            V::I(-1)
+        };
+        self.put(id, vec![poison; numel]);
+    }
+}
+
+impl Program {
+    /// Runs the program. `bindings` gives every graph symbol's value.
+    pub fn run(
+        &self,
+        inputs: &[HostTensor],
+        bindings: &Bindings,
+    ) -> Result<Vec<HostTensor>, RunError> {
+        self.run_plan(inputs, bindings, &ExecPlan::unscheduled(self))
+    }
+
+    /// Runs the program as `plan` orders it (see [`ExecPlan`]).
+    pub fn run_plan(
+        &self,
+        inputs: &[HostTensor],
+        bindings: &Bindings,
+        plan: &ExecPlan,
+    ) -> Result<Vec<HostTensor>, RunError> {
+        self.env
+            .check_bindings(bindings)
+            .map_err(|e| RunError::Assert(e.to_string()))?;
+        let mut st = Storage::new(self, plan);
+        let mut b = bindings.clone();
+        for step in &plan.steps {
+            match step {
+                ExecStep::Single(id) => self.exec_whole(*id, inputs, &mut st, &mut b)?,
+                ExecStep::Fused { members, rows } => {
+                    self.exec_fused(members, *rows, &mut st, &mut b)?
+                }
+            }
+        }
+        let mut outs = Vec::new();
+        for &o in &self.outputs {
+            let buf = &self.buffers[o.index()];
+            let fail = fail_for(buf);
+            let shape: Vec<usize> = buf
+                .layout
+                .sizes
+                .iter()
+                .map(|&s| self.env.evaluate(s, &b).map(|v| v as usize))
+                .collect::<Result<_, _>>()
+                .map_err(|e| fail(e.to_string()))?;
+            let numel: usize = shape.iter().product();
+            // Read through the layout: an output may be a view.
+            let mut vals = Vec::with_capacity(numel);
+            let sizes: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+            let mut idx = vec![0i64; sizes.len()];
+            for _ in 0..numel {
+                let at = buf.layout.index_value(&self.env, &idx, &b).map_err(&fail)?;
+                vals.push(
+                    *st.get(o)
+                        .get(at as usize)
+                        .filter(|_| at >= 0)
+                        .ok_or_else(|| fail(format!("output read out of bounds at {at}")))?,
+                );
+                super::library::next_index(&mut idx, &sizes);
+            }
+            let data = if buf.dtype.is_float() {
+                Data::Float(vals.iter().map(|v| v.f()).collect())
+            } else {
+                Data::Int(vals.iter().map(|v| v.i()).collect())
+            };
+            outs.push(HostTensor {
+                dtype: buf.dtype,
+                shape,
+                data,
+            });
+        }
+        Ok(outs)
+    }
+
+    fn numel_of(&self, buf: &Buffer, b: &Bindings) -> Result<i64, RunError> {
+        let fail = fail_for(buf);
+        buf.layout.sizes.iter().try_fold(1i64, |acc, &s| {
+            let s = self.env.evaluate(s, b).map_err(|e| fail(e.to_string()))?;
+            acc.checked_mul(s)
+                .ok_or_else(|| fail("size overflows".into()))
+        })
+    }
+
+    fn exec_fused(
+        &self,
+        members: &[BufferId],
+        rows: Expr,
+        st: &mut Storage,
+        b: &mut Bindings,
+    ) -> Result<(), RunError> {
+        let first = &self.buffers[members[0].index()];
+        let rows = self
+            .env
+            .evaluate(rows, b)
+            .map_err(|e| fail_for(first)(e.to_string()))?;
+        let mut per_row = Vec::with_capacity(members.len());
+        let mut ranges = Vec::with_capacity(members.len());
+        for &m in members {
+            let buf = &self.buffers[m.index()];
+            let numel = self.numel_of(buf, b)?;
+            if rows > 0 && numel % rows != 0 || rows == 0 && numel != 0 {
+                return Err(fail_for(buf)(format!(
+                    "{numel} elements do not split into {rows} rows"
+                )));
+            }
+            per_row.push(if rows == 0 { 0 } else { numel / rows });
+            st.alloc(m, numel.max(0) as usize, buf.dtype);
+            ranges.push(self.loop_ranges(buf, b)?);
+        }
+        for o in 0..rows.max(0) {
+            for (k, &m) in members.iter().enumerate() {
+                for f in o * per_row[k]..(o + 1) * per_row[k] {
+                    self.compute_element(m, &ranges[k], f, st, b)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The evaluated output ranges of a computed buffer.
+    fn loop_ranges(&self, buf: &Buffer, b: &Bindings) -> Result<Vec<i64>, RunError> {
+        let BufferKind::Computed { loops, .. } = &buf.kind else {
+            return Err(fail_for(buf)("only computed buffers run row by row".into()));
+        };
+        loops
+            .ranges
+            .iter()
+            .map(|&r| {
+                self.env
+                    .evaluate(r, b)
+                    .map_err(|e| fail_for(buf)(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// Computes element `f` (row-major over the loop ranges) of a computed buffer.
+    fn compute_element(
+        &self,
+        id: BufferId,
+        ranges: &[i64],
+        f: i64,
+        st: &mut Storage,
+        b: &mut Bindings,
+    ) -> Result<(), RunError> {
+        let buf = &self.buffers[id.index()];
+        let fail = fail_for(buf);
+        let BufferKind::Computed { loops, body } = &buf.kind else {
+            unreachable!("checked by loop_ranges")
+        };
+        let mut idx = vec![0i64; ranges.len()];
+        let mut rest = f;
+        for k in (0..ranges.len()).rev() {
+            let n = ranges[k].max(1);
+            idx[k] = rest % n;
+            rest /= n;
+        }
+        for (var, &v) in loops.vars.iter().zip(&idx) {
+            b.set(
+                self.env
+                    .pool()
+                    .as_symbol(*var)
+                    .expect("loop vars are symbols"),
+                v,
+            );
+        }
+        let value = match &loops.reduction {
+            None => self.eval_body(body, b, st).map_err(&fail)?,
+            Some((kind, rranges, rvars)) => {
+                let rr: Vec<i64> = rranges
+                    .iter()
+                    .map(|&r| self.env.evaluate(r, b).map_err(|e| fail(e.to_string())))
+                    .collect::<Result<_, _>>()?;
+                self.reduce(*kind, body, rvars, &rr, b, st).map_err(&fail)?
+            }
+        };
+        let at = buf.layout.index_value(&self.env, &idx, b).map_err(&fail)?;
+        let home = st.home[id.index()];
+        let slot = st.data[home]
+            .get_mut(at as usize)
+            .filter(|_| at >= 0)
+            .ok_or_else(|| fail(format!("store out of bounds at {at}")))?;
+        *slot = store(buf.dtype, value);
+        Ok(())
+    }
+
+    fn exec_whole(
+        &self,
+        id: BufferId,
+        inputs: &[HostTensor],
+        st: &mut Storage,
+        b: &mut Bindings,
+    ) -> Result<(), RunError> {
+        let buf = &self.buffers[id.index()];
+        let fail = fail_for(buf);
+        let out = match &buf.kind {
+            BufferKind::Input(n) => {
+                let numel = self.numel_of(buf, b)?;
+                let t = inputs.get(*n).ok_or(RunError::Input {
+                    index: *n,
+                    message: "missing".into(),
+                })?;
+                if t.numel() as i64 != numel {
+                    return Err(RunError::Input {
+                        index: *n,
+                        message: format!("{} elements, expected {numel}", t.numel()),
+                    });
+                }
+                match &t.data {
+                    Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
+                    Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
+                }
+            }
+            BufferKind::View { .. } => return Ok(()),
+            BufferKind::Select { input, mask, count } => {
+                self.select(st, b, *input, *mask, *count).map_err(fail)?
+            }
+            BufferKind::Sort {
+                input,
+                dim,
+                descending,
+                take,
+                indices,
+            } => self
+                .sort(st, b, *input, *dim, *descending, *take, *indices)
+                .map_err(fail)?,
+            BufferKind::Scan { input, dim } => self.scan(buf, st, b, *input, *dim).map_err(fail)?,
+            BufferKind::Scatter { .. } => self.scatter(buf, st, b).map_err(fail)?,
+            BufferKind::Item { input, symbol } => {
+                let v = st
+                    .get(*input)
+                    .first()
+                    .copied()
+                    .ok_or_else(|| fail("item() of an empty tensor".into()))?
+                    .i();
+                self.bind_produced(b, *symbol, v).map_err(fail)?;
+                Vec::new()
+            }
+            BufferKind::Extern {
+                kernel,
+                inputs: args,
+            } => self
+                .extern_kernel(buf, *kernel, args, st, b)
+                .map_err(fail)?,
+            BufferKind::Computed { .. } => {
+                let numel = self.numel_of(buf, b)?;
+                st.alloc(id, numel.max(0) as usize, buf.dtype);
+                let ranges = self.loop_ranges(buf, b)?;
+                for f in 0..numel.max(0) {
+                    self.compute_element(id, &ranges, f, st, b)?;
+                }
+                return Ok(());
+            }
+        };
+        st.put(id, out);
+        Ok(())
+    }
+}
+
+/// An error of buffer `buf`, naming it and its graph nodes.
+fn fail_for(buf: &Buffer) -> impl Fn(String) -> RunError + '_ {
+    move |message| RunError::Buffer {
+        buffer: buf.name.clone(),
+        origins: buf.origins.join(", "),
+        message,
+    }
+}
