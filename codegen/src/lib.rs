@@ -1,5 +1,6 @@
 //! Code generation for guardless: the scheduler (fusion, memory planning, kernel configurations from
-//! size hints), CUDA C rendered from the `templates/` directory, and NVRTC compilation. It is filled by
-//! the scheduler and CUDA code generation issues; today it only re-exports the IR it will consume.
+//! size hints) and the launch manifest; CUDA C from `templates/` and NVRTC come next.
+
+pub mod schedule;
 
 pub use guardless_ir as ir;

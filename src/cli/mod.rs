@@ -2,6 +2,7 @@
 //! it in-process.
 
 mod check;
+mod compile;
 mod lower;
 mod run;
 mod sym;
@@ -38,6 +39,14 @@ pub enum Command {
         #[arg(long, default_value = "loop-ir")]
         emit: String,
     },
+    /// Lower and schedule a graph; print the schedule or the launch manifest.
+    Compile {
+        /// The graph file.
+        graph: std::path::PathBuf,
+        /// What to print: `schedule` (text) or `manifest` (JSON).
+        #[arg(long, default_value = "schedule")]
+        emit: String,
+    },
     /// Run a graph on given or random inputs and print a summary of its outputs.
     Run(run::RunArgs),
 }
@@ -50,6 +59,7 @@ pub fn run(cli: Cli) -> Result<String, String> {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),
         Command::Lower { graph, emit } => lower::run(&graph, &emit),
+        Command::Compile { graph, emit } => compile::run(&graph, &emit),
         Command::Run(args) => run::run(args),
     }
 }

@@ -1,0 +1,445 @@
+//! Fusion: computed buffers join kernels whose iteration space they fit — the same row
+//! dimensions (and, for reductions, the same row contents), as Inductor groups by (numel, reduction
+//! numel). A buffer joins a producer's kernel (vertical: the value stays on chip) or a sibling's
+//! that reads the same data (horizontal), whichever saves the most memory traffic at the
+//! optimization hints; a read across members is allowed only at the element (or row) the reader is
+//! computing, so each row is self-contained. Library kernels and externs are never fused into.
+
+use guardless_ir::loop_ir::{BufferId, BufferKind, Layout, Loops, Program};
+use guardless_ir::sym::{Expr, ShapeEnv};
+use rustc_hash::FxHashMap;
+
+use super::deps::{loads, Deps};
+use super::{Kernel, Member, Role};
+
+/// How a buffer's loop variables map onto its kernel's variables (positions in outer ++ inner;
+/// `None`: a dimension of size 1, read as 0).
+#[derive(Clone, Debug)]
+struct Fit {
+    role: Role,
+    vars: Vec<Option<usize>>,
+    rvars: Vec<Option<usize>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub members: Vec<BufferId>,
+    fits: Vec<Fit>,
+    pub outer: Vec<Expr>,
+    pub inner: Vec<Expr>,
+    /// The kernel's variables, outer then inner.
+    vars: Vec<Expr>,
+}
+
+/// A step before configuration: a fused group, or a buffer that is not a generated kernel.
+pub enum Planned {
+    Group(usize),
+    Buffer(BufferId),
+}
+
+fn same_sizes(env: &mut ShapeEnv, a: &[Expr], b: &[Expr]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(&x, &y)| {
+            let c = env.pool_mut().eq(x, y);
+            x == y || env.statically_known_true(c)
+        })
+}
+
+/// The positions of the dimensions not provably of size 1.
+fn non_unit(env: &mut ShapeEnv, sizes: &[Expr]) -> Vec<usize> {
+    (0..sizes.len())
+        .filter(|&k| {
+            let one = env.pool_mut().one();
+            let c = env.pool_mut().eq(sizes[k], one);
+            !env.statically_known_true(c)
+        })
+        .collect()
+}
+
+fn positions(kept: &[usize], len: usize, base: usize) -> Vec<Option<usize>> {
+    let mut out = vec![None; len];
+    for (j, &k) in kept.iter().enumerate() {
+        out[k] = Some(base + j);
+    }
+    out
+}
+
+fn computed(p: &Program, b: BufferId) -> Option<&Loops> {
+    match &p.buffers[b.index()].kind {
+        BufferKind::Computed { loops, .. } => Some(loops),
+        _ => None,
+    }
+}
+
+/// A new group seeded by `b`: a reduction's rows, or a pointwise buffer's elements.
+fn seed(env: &mut ShapeEnv, b: BufferId, loops: &Loops) -> Group {
+    let kept = non_unit(env, &loops.ranges);
+    let outer: Vec<Expr> = kept.iter().map(|&k| loops.ranges[k]).collect();
+    let mut vars: Vec<Expr> = kept.iter().map(|&k| loops.vars[k]).collect();
+    let (inner, fit) = match &loops.reduction {
+        Some((_, rranges, rvars)) => {
+            let rk = non_unit(env, rranges);
+            vars.extend(rk.iter().map(|&k| rvars[k]));
+            let inner: Vec<Expr> = rk.iter().map(|&k| rranges[k]).collect();
+            let fit = Fit {
+                role: Role::Reduction,
+                vars: positions(&kept, loops.ranges.len(), 0),
+                rvars: positions(&rk, rranges.len(), kept.len()),
+            };
+            (inner, fit)
+        }
+        None => (
+            Vec::new(),
+            Fit {
+                role: Role::Elementwise,
+                vars: positions(&kept, loops.ranges.len(), 0),
+                rvars: Vec::new(),
+            },
+        ),
+    };
+    Group {
+        members: vec![b],
+        fits: vec![fit],
+        outer,
+        inner,
+        vars,
+    }
+}
+
+/// How `loops` fits group `g` (possibly turning a pointwise group into a reduction's rows: the
+/// returned sizes are the group's new outer and inner).
+fn fit(env: &mut ShapeEnv, g: &Group, loops: &Loops) -> Option<(Fit, Vec<Expr>, Vec<Expr>)> {
+    let kept = non_unit(env, &loops.ranges);
+    let dims: Vec<Expr> = kept.iter().map(|&k| loops.ranges[k]).collect();
+    let all: Vec<Expr> = g.outer.iter().chain(&g.inner).copied().collect();
+    match &loops.reduction {
+        Some((_, rranges, _)) => {
+            let rk = non_unit(env, rranges);
+            let rdims: Vec<Expr> = rk.iter().map(|&k| rranges[k]).collect();
+            let whole: Vec<Expr> = dims.iter().chain(&rdims).copied().collect();
+            // Same rows and row contents; or a pointwise group over exactly the reduced elements.
+            let ok = if g.inner.is_empty() {
+                same_sizes(env, &whole, &all) && !rdims.is_empty()
+            } else {
+                same_sizes(env, &dims, &g.outer) && same_sizes(env, &rdims, &g.inner)
+            };
+            ok.then(|| {
+                let f = Fit {
+                    role: Role::Reduction,
+                    vars: positions(&kept, loops.ranges.len(), 0),
+                    rvars: positions(&rk, rranges.len(), kept.len()),
+                };
+                (f, dims.clone(), rdims)
+            })
+        }
+        None => {
+            let role = if same_sizes(env, &dims, &all) {
+                Role::Elementwise
+            } else if !g.inner.is_empty() && same_sizes(env, &dims, &g.outer) {
+                Role::RowValue
+            } else {
+                return None;
+            };
+            let f = Fit {
+                role,
+                vars: positions(&kept, loops.ranges.len(), 0),
+                rvars: Vec::new(),
+            };
+            Some((f, g.outer.clone(), g.inner.clone()))
+        }
+    }
+}
+
+/// Replaces a buffer's loop variables by the group's.
+fn to_group_vars(env: &mut ShapeEnv, e: Expr, loops: &Loops, f: &Fit, vars: &[Expr]) -> Expr {
+    let zero = env.pool_mut().zero();
+    let mut map: FxHashMap<_, Expr> = FxHashMap::default();
+    let rv: &[Expr] = match &loops.reduction {
+        Some((_, _, rvars)) => rvars,
+        None => &[],
+    };
+    for (v, pos) in loops.vars.iter().zip(&f.vars).chain(rv.iter().zip(&f.rvars)) {
+        let id = env.pool().as_symbol(*v).expect("loop vars are symbols");
+        map.insert(id, pos.map_or(zero, |p| vars[p]));
+    }
+    let s = env.pool_mut().substitute(e, &|id| map.get(&id).copied());
+    env.simplify(s)
+}
+
+/// Whether every read of a group member by the candidate is of the element (or row value) the
+/// candidate computes at that point.
+fn aligned(p: &mut Program, g: &Group, x: BufferId, fx: &Fit, vars: &[Expr]) -> bool {
+    let (loops, body) = match &p.buffers[x.index()].kind {
+        BufferKind::Computed { loops, body } => (loops.clone(), body.clone()),
+        _ => return false,
+    };
+    for (buf, index) in loads(&body) {
+        let Some(k) = g.members.iter().position(|&m| m == buf) else {
+            continue;
+        };
+        let fm = &g.fits[k];
+        if fm.role == Role::Elementwise && fx.role == Role::RowValue {
+            return false;
+        }
+        let mloops = computed(p, buf).expect("members are computed").clone();
+        let layout: Layout = p.buffers[buf.index()].layout.clone();
+        let env = &mut p.env;
+        let store = layout.index(env, &mloops.vars);
+        let want = to_group_vars(env, store, &mloops, fm, vars);
+        let got = to_group_vars(env, index, &loops, fx, vars);
+        if want != got {
+            return false;
+        }
+    }
+    true
+}
+
+/// Units of the dependency graph: a fused group, or a buffer of its own.
+struct Units {
+    unit_of: Vec<usize>,
+    members: Vec<Vec<BufferId>>,
+}
+
+impl Units {
+    /// Whether unit `from` depends (through any path) on unit `to`.
+    fn depends(&self, deps: &Deps, from: usize, to: usize, seen: &mut Vec<u32>, stamp: u32) -> bool {
+        let mut stack = vec![from];
+        while let Some(u) = stack.pop() {
+            if u == to {
+                return true;
+            }
+            if seen[u] == stamp {
+                continue;
+            }
+            seen[u] = stamp;
+            for &m in &self.members[u] {
+                for r in &deps.reads[m.index()] {
+                    let v = self.unit_of[r.index()];
+                    if v != u {
+                        stack.push(v);
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+fn bytes(p: &mut Program, b: BufferId) -> i64 {
+    let buf = &p.buffers[b.index()];
+    let (sizes, size) = (buf.layout.sizes.clone(), buf.dtype.size() as i64);
+    let numel = sizes
+        .iter()
+        .fold(p.env.pool_mut().one(), |acc, &s| p.env.pool_mut().mul(acc, s));
+    p.env.optimization_hint(numel).saturating_mul(size)
+}
+
+/// Groups the computed buffers of `p` into kernels.
+pub fn fuse(p: &mut Program, deps: &Deps) -> Vec<Group> {
+    let n = p.buffers.len();
+    let mut units = Units {
+        unit_of: (0..n).collect(),
+        members: (0..n).map(|i| vec![BufferId(i as u32)]).collect(),
+    };
+    let mut group_of_unit: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut seen = vec![0u32; n];
+    let mut stamp = 0u32;
+    for i in 0..n {
+        let x = BufferId(i as u32);
+        let Some(loops) = computed(p, x).cloned() else {
+            continue;
+        };
+        // Candidates: producers' groups (vertical) and groups of buffers reading the same data.
+        let mut scores: Vec<(usize, i64)> = Vec::new();
+        for &r in &deps.reads[i] {
+            let rb = bytes(p, r);
+            if let Some(&g) = group_of_unit.get(&units.unit_of[r.index()]) {
+                add_score(&mut scores, g, rb);
+            }
+            for &sib in &deps.readers[r.index()] {
+                if sib.index() < i {
+                    if let Some(&g) = group_of_unit.get(&units.unit_of[sib.index()]) {
+                        add_score(&mut scores, g, rb);
+                    }
+                }
+            }
+        }
+        // Highest score first; the earliest group on ties.
+        scores.sort_by_key(|&(g, s)| (-s, g));
+        let mut joined = None;
+        for (g, score) in scores {
+            if score <= 0 {
+                break;
+            }
+            let Some((f, outer, inner)) = fit(&mut p.env, &groups[g], &loops) else {
+                continue;
+            };
+            let mut trial = groups[g].clone();
+            trial.outer = outer;
+            trial.inner = inner;
+            if !aligned(p, &trial, x, &f, &trial.vars.clone()) {
+                continue;
+            }
+            // No path from the group to x through another unit (it would make a cycle).
+            let gu = units.unit_of[groups[g].members[0].index()];
+            let cyclic = deps.reads[i].iter().any(|r| {
+                let u = units.unit_of[r.index()];
+                u != gu && {
+                    stamp += 1;
+                    units.depends(deps, u, gu, &mut seen, stamp)
+                }
+            });
+            if cyclic {
+                continue;
+            }
+            trial.members.push(x);
+            trial.fits.push(f);
+            groups[g] = trial;
+            units.unit_of[i] = gu;
+            units.members[gu].push(x);
+            units.members[i].clear();
+            joined = Some(g);
+            break;
+        }
+        if joined.is_none() {
+            group_of_unit.insert(i, groups.len());
+            groups.push(seed(&mut p.env, x, &loops));
+        }
+    }
+    groups
+}
+
+fn add_score(scores: &mut Vec<(usize, i64)>, g: usize, b: i64) {
+    match scores.iter_mut().find(|(h, _)| *h == g) {
+        Some((_, s)) => *s = s.saturating_add(b),
+        None => scores.push((g, b)),
+    }
+}
+
+/// The execution order: units in dependency order, the earliest buffer first among those ready.
+pub fn order(p: &Program, deps: &Deps, groups: &[Group]) -> Vec<Planned> {
+    let n = p.buffers.len();
+    let mut unit_of = vec![usize::MAX; n];
+    let mut unit_kind: Vec<Planned> = Vec::new();
+    let mut first: Vec<usize> = Vec::new();
+    for (g, grp) in groups.iter().enumerate() {
+        for m in &grp.members {
+            unit_of[m.index()] = unit_kind.len();
+        }
+        first.push(grp.members[0].index());
+        unit_kind.push(Planned::Group(g));
+    }
+    for i in 0..n {
+        if unit_of[i] == usize::MAX {
+            unit_of[i] = unit_kind.len();
+            first.push(i);
+            unit_kind.push(Planned::Buffer(BufferId(i as u32)));
+        }
+    }
+    let units = unit_kind.len();
+    let mut indegree = vec![0usize; units];
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); units];
+    for i in 0..n {
+        for r in &deps.reads[i] {
+            let (a, b) = (unit_of[r.index()], unit_of[i]);
+            if a != b && !succ[a].contains(&b) {
+                succ[a].push(b);
+                indegree[b] += 1;
+            }
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, usize)>> = (0..units)
+        .filter(|&u| indegree[u] == 0)
+        .map(|u| std::cmp::Reverse((first[u], u)))
+        .collect();
+    let mut out = Vec::with_capacity(units);
+    let mut kinds: Vec<Option<Planned>> = unit_kind.into_iter().map(Some).collect();
+    while let Some(std::cmp::Reverse((_, u))) = ready.pop() {
+        out.push(kinds[u].take().expect("each unit once"));
+        for &v in &succ[u] {
+            indegree[v] -= 1;
+            if indegree[v] == 0 {
+                ready.push(std::cmp::Reverse((first[v], v)));
+            }
+        }
+    }
+    out
+}
+
+/// The kernel for a group: roles, passes, which members are stored, a name from its nodes.
+pub fn kernel_of(p: &mut Program, deps: &Deps, g: &Group, index: usize) -> Kernel {
+    let mut members: Vec<Member> = Vec::new();
+    for (k, &b) in g.members.iter().enumerate() {
+        let mut pass = 0;
+        for r in &deps.reads[b.index()] {
+            if let Some(j) = g.members.iter().position(|m| m == r) {
+                let pm = &members[j];
+                pass = pass.max(pm.pass + usize::from(pm.role == Role::Reduction));
+            }
+        }
+        members.push(Member {
+            buffer: b,
+            role: g.fits[k].role,
+            pass,
+            stored: None,
+        });
+    }
+    for k in 0..members.len() {
+        let b = members[k].buffer;
+        let outside = deps.readers[b.index()]
+            .iter()
+            .any(|r| !g.members.contains(r));
+        let later = deps.readers[b.index()].iter().any(|r| {
+            g.members
+                .iter()
+                .position(|m| m == r)
+                .is_some_and(|j| members[j].pass > members[k].pass)
+        });
+        members[k].stored = if deps.is_output[b.index()] {
+            Some("graph output")
+        } else if outside {
+            Some("read by another step")
+        } else if later && members[k].role == Role::Elementwise {
+            Some("read in a later pass")
+        } else {
+            None
+        };
+    }
+    let mut origins: Vec<String> = Vec::new();
+    for m in &g.members {
+        for o in &p.buffers[m.index()].origins {
+            if !origins.contains(o) {
+                origins.push(o.clone());
+            }
+        }
+    }
+    let pool = p.env.pool_mut();
+    let rows = g.outer.iter().fold(pool.one(), |a, &s| pool.mul(a, s));
+    let row_len = g.inner.iter().fold(pool.one(), |a, &s| pool.mul(a, s));
+    let stem: Vec<String> = origins
+        .iter()
+        .take(4)
+        .map(|o| {
+            o.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect()
+        })
+        .collect();
+    let kind = if g.inner.is_empty() {
+        "pointwise"
+    } else {
+        "reduction"
+    };
+    Kernel {
+        name: format!("{kind}_{}_{index}", stem.join("_")),
+        members,
+        outer: g.outer.clone(),
+        inner: g.inner.clone(),
+        rows,
+        row_len,
+        origins,
+        variants: Vec::new(),
+        reasons: Vec::new(),
+    }
+}
