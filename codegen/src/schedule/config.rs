@@ -29,7 +29,9 @@ pub enum Strategy {
     /// The row streamed in chunks, once per pass.
     Looped,
     /// A row's lanes spread over `blocks` blocks; partial trees, then a finishing kernel.
-    Split { blocks: i64 },
+    Split {
+        blocks: i64,
+    },
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -112,7 +114,9 @@ fn vector_conditions(
 ) -> Result<Vec<Expr>, String> {
     let vid = env.pool().as_symbol(v).expect("a loop variable");
     let zero = env.pool_mut().zero();
-    let base = env.pool_mut().substitute(index, &|id| (id == vid).then_some(zero));
+    let base = env
+        .pool_mut()
+        .substitute(index, &|id| (id == vid).then_some(zero));
     let base = env.simplify(base);
     let diff = env.pool_mut().sub(index, base);
     let diff = env.simplify(diff);
@@ -213,7 +217,11 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         loop_syms.insert(env.pool().as_symbol(*v).expect("a symbol"));
     }
     // Members kept in registers are not memory accesses.
-    let in_registers = |b: BufferId| k.members.iter().any(|m| m.buffer == b && m.stored.is_none());
+    let in_registers = |b: BufferId| {
+        k.members
+            .iter()
+            .any(|m| m.buffer == b && m.stored.is_none())
+    };
     for m in &k.members {
         let b = &p.buffers[m.buffer.index()];
         let BufferKind::Computed { loops, body } = &b.kind else {
@@ -304,8 +312,22 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         ));
         vec![(vector_max, vec_conds.clone()), (1, vec![])]
     } else {
-        let c = and_all(env, &vec_conds);
-        reasons.push(format!("vector: scalar (hint: {} fails at the hints)", env.text(c)));
+        let never: Vec<Expr> = vec_conds
+            .iter()
+            .copied()
+            .filter(|&c| env.statically_known_false(c))
+            .collect();
+        if never.is_empty() {
+            let c = and_all(env, &vec_conds);
+            reasons.push(format!(
+                "vector: scalar (hint: {} fails at the hints)",
+                env.text(c)
+            ));
+        } else {
+            reasons.push(format!(
+                "vector: scalar, proved: a size or stride is never a multiple of {vector_max} elements"
+            ));
+        }
         vec![(1, vec![])]
     };
 
@@ -321,7 +343,8 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         }
     }
     let limit = env.pool_mut().constant(i32::MAX as i64);
-    let index_choices: Vec<(IndexType, Vec<Expr>)> = if extents.iter().all(|&e| env.fits_in_i32(e)) {
+    let index_choices: Vec<(IndexType, Vec<Expr>)> = if extents.iter().all(|&e| env.fits_in_i32(e))
+    {
         reasons.push("index: int32, proved: every extent fits for all sizes in range".into());
         vec![(IndexType::I32, vec![])]
     } else {
@@ -350,7 +373,8 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     let (strategies, threads_per_row, lanes) = if reduction {
         let many_rows = rows_h >= 4 * SMS;
         let per_thread = if many_rows { 4 } else { 1 };
-        let tpr = next_pow2((len_h.max(1) + vector * per_thread - 1) / (vector * per_thread)).clamp(32, 1024);
+        let tpr = next_pow2((len_h.max(1) + vector * per_thread - 1) / (vector * per_thread))
+            .clamp(32, 1024);
         reasons.push(format!(
             "threads per row: {tpr} (hint: rows {rows_t} ≈ {rows_h}, {}; row length {len_t} ≈ {len_h})",
             if many_rows { "many rows: 4 vectors per thread" } else { "few rows: one vector per thread" }
@@ -370,7 +394,10 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
             reasons.push(format!(
                 "strategy: persistent when {len_t} ≤ {PERSISTENT_MAX} at launch (hint {len_h}), looped otherwise"
             ));
-            vec![(Strategy::Persistent, vec![fits]), (Strategy::Looped, vec![])]
+            vec![
+                (Strategy::Persistent, vec![fits]),
+                (Strategy::Looped, vec![]),
+            ]
         } else if rows_h * 4 <= SMS && len_h >= 32768 {
             let blocks = next_pow2(SMS / rows_h.max(1)).min(16).min(tpr / 32).max(2);
             let few = env.pool_mut().constant(SMS / 4);
@@ -381,7 +408,10 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
                 "strategy: split over {blocks} blocks when {rows_t} ≤ {} and {len_t} ≥ 32768 (hint: few long rows), looped otherwise",
                 SMS / 4
             ));
-            vec![(Strategy::Split { blocks }, vec![c1, c2]), (Strategy::Looped, vec![])]
+            vec![
+                (Strategy::Split { blocks }, vec![c1, c2]),
+                (Strategy::Looped, vec![]),
+            ]
         } else {
             reasons.push(format!(
                 "strategy: looped (hint: row length {len_h} > {PERSISTENT_MAX})"
@@ -432,7 +462,13 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     if shapes.len() > 1 {
         let list: Vec<String> = shapes
             .iter()
-            .map(|(lo, hi, _)| if lo == hi { lo.to_string() } else { format!("{lo}–{hi}") })
+            .map(|(lo, hi, _)| {
+                if lo == hi {
+                    lo.to_string()
+                } else {
+                    format!("{lo}–{hi}")
+                }
+            })
             .collect();
         reasons.push(format!(
             "buckets: launch shapes for {rows_t} in {} (the hint is {rows_h}), chosen at launch",
@@ -442,7 +478,11 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     // The variants: buckets × strategy × vector × index, in priority order.
     let mut variants = Vec::new();
     for (bi, &(lo, hi, (threads, ept_base))) in shapes.iter().enumerate() {
-        let tuned = if (lo..=hi).contains(&rows_h) { rows_h } else { lo };
+        let tuned = if (lo..=hi).contains(&rows_h) {
+            rows_h
+        } else {
+            lo
+        };
         let bucket_cond = if bi + 1 < shapes.len() {
             // Up to the geometric midpoint with the next bucket.
             let next = shapes[bi + 1].0;
@@ -462,7 +502,11 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
                         .chain(ic)
                         .copied()
                         .collect();
-                    let ept = if reduction { 1 } else { ept_base / vector_max.max(1) * vector };
+                    let ept = if reduction {
+                        1
+                    } else {
+                        ept_base / vector_max.max(1) * vector
+                    };
                     let config = KernelConfig {
                         strategy: *strategy,
                         threads,
@@ -561,20 +605,21 @@ fn member_map(
 ) -> Vec<(SymbolId, Expr)> {
     let zero = env.pool_mut().zero();
     let mut out = Vec::new();
-    let mut assign = |env: &mut ShapeEnv, vs: &[Expr], sizes: &[Expr], base: usize, limit: usize| {
-        let mut pos = base;
-        for (v, &s) in vs.iter().zip(sizes) {
-            let one = env.pool_mut().one();
-            let c = env.pool_mut().eq(s, one);
-            let id = env.pool().as_symbol(*v).expect("loop vars are symbols");
-            if env.statically_known_true(c) || pos >= limit {
-                out.push((id, zero));
-            } else {
-                out.push((id, vars[pos]));
-                pos += 1;
+    let mut assign =
+        |env: &mut ShapeEnv, vs: &[Expr], sizes: &[Expr], base: usize, limit: usize| {
+            let mut pos = base;
+            for (v, &s) in vs.iter().zip(sizes) {
+                let one = env.pool_mut().one();
+                let c = env.pool_mut().eq(s, one);
+                let id = env.pool().as_symbol(*v).expect("loop vars are symbols");
+                if env.statically_known_true(c) || pos >= limit {
+                    out.push((id, zero));
+                } else {
+                    out.push((id, vars[pos]));
+                    pos += 1;
+                }
             }
-        }
-    };
+        };
     let outer_n = k.outer.len();
     let all = vars.len();
     match (&loops.reduction, role) {

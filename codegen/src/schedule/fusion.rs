@@ -158,7 +158,12 @@ fn to_group_vars(env: &mut ShapeEnv, e: Expr, loops: &Loops, f: &Fit, vars: &[Ex
         Some((_, _, rvars)) => rvars,
         None => &[],
     };
-    for (v, pos) in loops.vars.iter().zip(&f.vars).chain(rv.iter().zip(&f.rvars)) {
+    for (v, pos) in loops
+        .vars
+        .iter()
+        .zip(&f.vars)
+        .chain(rv.iter().zip(&f.rvars))
+    {
         let id = env.pool().as_symbol(*v).expect("loop vars are symbols");
         map.insert(id, pos.map_or(zero, |p| vars[p]));
     }
@@ -202,7 +207,14 @@ struct Units {
 
 impl Units {
     /// Whether unit `from` depends (through any path) on unit `to`.
-    fn depends(&self, deps: &Deps, from: usize, to: usize, seen: &mut Vec<u32>, stamp: u32) -> bool {
+    fn depends(
+        &self,
+        deps: &Deps,
+        from: usize,
+        to: usize,
+        seen: &mut [u32],
+        stamp: u32,
+    ) -> bool {
         let mut stack = vec![from];
         while let Some(u) = stack.pop() {
             if u == to {
@@ -228,9 +240,9 @@ impl Units {
 fn bytes(p: &mut Program, b: BufferId) -> i64 {
     let buf = &p.buffers[b.index()];
     let (sizes, size) = (buf.layout.sizes.clone(), buf.dtype.size() as i64);
-    let numel = sizes
-        .iter()
-        .fold(p.env.pool_mut().one(), |acc, &s| p.env.pool_mut().mul(acc, s));
+    let numel = sizes.iter().fold(p.env.pool_mut().one(), |acc, &s| {
+        p.env.pool_mut().mul(acc, s)
+    });
     p.env.optimization_hint(numel).saturating_mul(size)
 }
 
@@ -330,9 +342,9 @@ pub fn order(p: &Program, deps: &Deps, groups: &[Group]) -> Vec<Planned> {
         first.push(grp.members[0].index());
         unit_kind.push(Planned::Group(g));
     }
-    for i in 0..n {
-        if unit_of[i] == usize::MAX {
-            unit_of[i] = unit_kind.len();
+    for (i, u) in unit_of.iter_mut().enumerate() {
+        if *u == usize::MAX {
+            *u = unit_kind.len();
             first.push(i);
             unit_kind.push(Planned::Buffer(BufferId(i as u32)));
         }

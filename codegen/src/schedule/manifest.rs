@@ -23,9 +23,18 @@ pub struct Manifest {
 #[derive(Serialize, Debug)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ManifestStep {
-    Input { buffer: String },
-    View { buffer: String, base: String },
-    Library { buffer: String, op: String, inputs: Vec<String> },
+    Input {
+        buffer: String,
+    },
+    View {
+        buffer: String,
+        base: String,
+    },
+    Library {
+        buffer: String,
+        op: String,
+        inputs: Vec<String>,
+    },
     Kernel(ManifestKernel),
 }
 
@@ -85,9 +94,10 @@ impl Schedule {
                 Step::Library(b) => {
                     let buf = &p.buffers[b.index()];
                     let (op, inputs) = match &buf.kind {
-                        BufferKind::Extern { kernel, inputs } => {
-                            (kernel.name().to_string(), inputs.iter().map(|&i| name(i)).collect())
-                        }
+                        BufferKind::Extern { kernel, inputs } => (
+                            kernel.name().to_string(),
+                            inputs.iter().map(|&i| name(i)).collect(),
+                        ),
                         BufferKind::Sort { input, .. } => ("sort".into(), vec![name(*input)]),
                         BufferKind::Scan { input, .. } => ("cumsum".into(), vec![name(*input)]),
                         BufferKind::Item { input, .. } => ("item".into(), vec![name(*input)]),
@@ -173,7 +183,12 @@ impl Schedule {
             if matches!(p.buffers[i].kind, BufferKind::Input(_)) {
                 return "input".into();
             }
-            match self.memory.allocations.iter().find(|a| a.buffer.index() == i) {
+            match self
+                .memory
+                .allocations
+                .iter()
+                .find(|a| a.buffer.index() == i)
+            {
                 Some(a) => a.slot.map_or("output".into(), |s| format!("slot {s}")),
                 None => "registers".into(),
             }

@@ -94,11 +94,13 @@ pub fn schedule(program: &mut Program) -> Schedule {
                 ordered_steps.push(Step::Kernel(kernels.len()));
                 kernels.push(kernel);
             }
-            fusion::Planned::Buffer(b) => ordered_steps.push(match program.buffers[b.index()].kind {
-                BufferKind::Input(_) => Step::Input(b),
-                BufferKind::View { .. } => Step::View(b),
-                _ => Step::Library(b),
-            }),
+            fusion::Planned::Buffer(b) => {
+                ordered_steps.push(match program.buffers[b.index()].kind {
+                    BufferKind::Input(_) => Step::Input(b),
+                    BufferKind::View { .. } => Step::View(b),
+                    _ => Step::Library(b),
+                })
+            }
         }
     }
     let memory = memory::plan(program, &deps, &kernels, &ordered_steps);

@@ -38,9 +38,12 @@ impl Schedule {
                         BufferKind::Scan { .. } => "cumsum".into(),
                         BufferKind::Select { mask: None, .. } => "nonzero".into(),
                         BufferKind::Select { .. } => "masked_select".into(),
-                        BufferKind::Scatter { accumulate, .. } => {
-                            if *accumulate { "scatter_add" } else { "scatter" }.into()
+                        BufferKind::Scatter { accumulate, .. } => if *accumulate {
+                            "scatter_add"
+                        } else {
+                            "scatter"
                         }
+                        .into(),
                         BufferKind::Item { symbol, .. } => {
                             format!("item → {}", env.symbol_name(*symbol))
                         }
@@ -70,18 +73,17 @@ impl Schedule {
                         let buf = &p.buffers[m.buffer.index()];
                         let role = match m.role {
                             Role::Reduction => match &buf.kind {
-                                BufferKind::Computed { loops, .. } => loops
-                                    .reduction
-                                    .as_ref()
-                                    .map_or("reduction", |r| r.0.name()),
+                                BufferKind::Computed { loops, .. } => {
+                                    loops.reduction.as_ref().map_or("reduction", |r| r.0.name())
+                                }
                                 _ => "reduction",
                             },
                             Role::RowValue => "row value",
                             Role::Elementwise => "elementwise",
                         };
-                        let stored = m.stored.map_or("registers".to_string(), |w| {
-                            format!("stored: {w}")
-                        });
+                        let stored = m
+                            .stored
+                            .map_or("registers".to_string(), |w| format!("stored: {w}"));
                         let shape: Vec<String> =
                             buf.layout.sizes.iter().map(|&s| env.text(s)).collect();
                         let _ = writeln!(

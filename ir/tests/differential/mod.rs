@@ -5,6 +5,7 @@
 
 use guardless_ir::graph::{DType, Graph, InputKind};
 use guardless_ir::loop_ir::interp::RunError;
+use guardless_ir::loop_ir::Program;
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
@@ -81,6 +82,19 @@ pub fn differential(
     differential_ints(what, graph, values, seed, assert_ok, (-3, 7))
 }
 
+/// How the lowered program runs: the plain interpreter, or a schedule of it.
+pub type Runner =
+    dyn Fn(&mut Program, &[HostTensor], &Bindings) -> Result<Vec<HostTensor>, RunError>;
+
+/// The plain interpreter.
+pub fn interpret(
+    p: &mut Program,
+    inputs: &[HostTensor],
+    b: &Bindings,
+) -> Result<Vec<HostTensor>, RunError> {
+    p.run(inputs, b)
+}
+
 /// As [`differential`], with integer inputs drawn from `ints`.
 pub fn differential_ints(
     what: &str,
@@ -89,6 +103,19 @@ pub fn differential_ints(
     seed: u64,
     assert_ok: bool,
     ints: (i64, i64),
+) -> bool {
+    differential_with(what, graph, values, seed, assert_ok, ints, &interpret)
+}
+
+/// As [`differential_ints`], running the program with `runner`.
+pub fn differential_with(
+    what: &str,
+    graph: &Graph,
+    values: &[(&str, i64)],
+    seed: u64,
+    assert_ok: bool,
+    ints: (i64, i64),
+    runner: &Runner,
 ) -> bool {
     let mut b = Bindings::new();
     for &(name, v) in values {
@@ -125,7 +152,7 @@ pub fn differential_ints(
             }
         })
         .collect();
-    compare_on(what, graph, &inputs, &b, values, assert_ok)
+    compare_with(what, graph, &inputs, &b, values, assert_ok, runner)
 }
 
 /// Runs `graph` both ways on `inputs` (symbols bound from their shapes and `b`) and compares;
@@ -138,10 +165,23 @@ pub fn compare_on(
     values: &[(&str, i64)],
     assert_ok: bool,
 ) -> bool {
+    compare_with(what, graph, inputs, b, values, assert_ok, &interpret)
+}
+
+/// As [`compare_on`], running the program with `runner`.
+pub fn compare_with(
+    what: &str,
+    graph: &Graph,
+    inputs: &[HostTensor],
+    b: &Bindings,
+    values: &[(&str, i64)],
+    assert_ok: bool,
+    runner: &Runner,
+) -> bool {
     let b = reference::bind_inputs(graph, inputs, b).unwrap_or_else(|e| panic!("{what}: {e}"));
     let want = reference::run(graph, inputs, &b);
-    let program = lower(graph).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let got = program.run(inputs, &b);
+    let mut program = lower(graph).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = runner(&mut program, inputs, &b);
     match (got, want) {
         (Ok(g), Ok(w)) => {
             assert_eq!(g.len(), w.len(), "{what}");

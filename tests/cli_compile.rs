@@ -1,0 +1,58 @@
+//! `guardless compile GRAPH --emit schedule|manifest` against golden text (`GUARDLESS_BLESS=1`
+//! rewrites the golden files after a deliberate change).
+
+use std::process::Command;
+
+fn compile(graph: &str, emit: &str) -> (bool, String, String) {
+    let path = format!("{}/examples/graphs/{graph}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &path, "--emit", emit])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn schedules_match_the_golden_text() {
+    for name in [
+        "rms_norm.unbacked",
+        "fused_add_rms_norm.unbacked",
+        "llama_mlp.unbacked",
+        "moe_routing.unbacked",
+    ] {
+        let (ok, text, err) = compile(&format!("{name}.json"), "schedule");
+        assert!(ok, "{name}: {err}");
+        let golden = format!(
+            "{}/tests/golden/{name}.schedule.txt",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        if std::env::var_os("GUARDLESS_BLESS").is_some() {
+            std::fs::write(&golden, &text).unwrap();
+        }
+        let want = std::fs::read_to_string(&golden).unwrap();
+        assert_eq!(
+            text, want,
+            "{name}: the schedule changed; rerun with GUARDLESS_BLESS=1 if that is intended"
+        );
+    }
+}
+
+#[test]
+fn the_manifest_is_json_and_unknown_emits_are_refused() {
+    let (ok, text, err) = compile("softmax.unbacked.json", "manifest");
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["format"], "guardless-manifest");
+    assert!(v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["kind"] == "kernel"));
+    let (ok, _, err) = compile("softmax.unbacked.json", "cuda");
+    assert!(!ok);
+    assert!(err.contains("expected schedule or manifest"), "{err}");
+}
