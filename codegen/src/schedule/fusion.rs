@@ -207,14 +207,7 @@ struct Units {
 
 impl Units {
     /// Whether unit `from` depends (through any path) on unit `to`.
-    fn depends(
-        &self,
-        deps: &Deps,
-        from: usize,
-        to: usize,
-        seen: &mut [u32],
-        stamp: u32,
-    ) -> bool {
+    fn depends(&self, deps: &Deps, from: usize, to: usize, seen: &mut [u32], stamp: u32) -> bool {
         let mut stack = vec![from];
         while let Some(u) = stack.pop() {
             if u == to {
