@@ -125,6 +125,7 @@ impl Schedule {
                     ExecStep::Fused {
                         members: k.members.iter().map(|m| m.buffer).collect(),
                         rows: k.rows,
+                        lanes: k.variants.first().map_or(0, |v| v.config.lanes),
                     }
                 }
             })

@@ -23,7 +23,12 @@ pub struct ExecPlan {
 pub enum ExecStep {
     /// Computed buffers run together: for each of `rows` rows, each member in order computes its
     /// elements of that row — its element count divided by `rows`, consecutive in its loop order.
-    Fused { members: Vec<BufferId>, rows: Expr },
+    /// `lanes` > 1: reductions follow the schedule's reduction order (see `Program::run_plan`).
+    Fused {
+        members: Vec<BufferId>,
+        rows: Expr,
+        lanes: i64,
+    },
     /// A buffer computed whole (inputs, views, library kernels, a computed buffer alone).
     Single(BufferId),
 }
@@ -108,9 +113,11 @@ impl Program {
         for step in &plan.steps {
             match step {
                 ExecStep::Single(id) => self.exec_whole(*id, inputs, &mut st, &mut b)?,
-                ExecStep::Fused { members, rows } => {
-                    self.exec_fused(members, *rows, &mut st, &mut b)?
-                }
+                ExecStep::Fused {
+                    members,
+                    rows,
+                    lanes,
+                } => self.exec_fused(members, *rows, *lanes, &mut st, &mut b)?,
             }
         }
         let mut outs = Vec::new();
@@ -166,6 +173,7 @@ impl Program {
         &self,
         members: &[BufferId],
         rows: Expr,
+        lanes: i64,
         st: &mut Storage,
         b: &mut Bindings,
     ) -> Result<(), RunError> {
@@ -191,7 +199,7 @@ impl Program {
         for o in 0..rows.max(0) {
             for (k, &m) in members.iter().enumerate() {
                 for f in o * per_row[k]..(o + 1) * per_row[k] {
-                    self.compute_element(m, &ranges[k], f, st, b)?;
+                    self.compute_element(m, &ranges[k], f, lanes, st, b)?;
                 }
             }
         }
@@ -220,6 +228,7 @@ impl Program {
         id: BufferId,
         ranges: &[i64],
         f: i64,
+        lanes: i64,
         st: &mut Storage,
         b: &mut Bindings,
     ) -> Result<(), RunError> {
@@ -251,7 +260,8 @@ impl Program {
                     .iter()
                     .map(|&r| self.env.evaluate(r, b).map_err(|e| fail(e.to_string())))
                     .collect::<Result<_, _>>()?;
-                self.reduce(*kind, body, rvars, &rr, b, st).map_err(&fail)?
+                self.reduce(*kind, body, rvars, &rr, b, st, lanes)
+                    .map_err(&fail)?
             }
         };
         let at = buf.layout.index_value(&self.env, &idx, b).map_err(&fail)?;
@@ -327,7 +337,7 @@ impl Program {
                 st.alloc(id, numel.max(0) as usize, buf.dtype);
                 let ranges = self.loop_ranges(buf, b)?;
                 for f in 0..numel.max(0) {
-                    self.compute_element(id, &ranges, f, st, b)?;
+                    self.compute_element(id, &ranges, f, 0, st, b)?;
                 }
                 return Ok(());
             }

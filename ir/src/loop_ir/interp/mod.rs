@@ -67,6 +67,11 @@ pub(super) fn store(dtype: DType, v: V) -> V {
 }
 
 impl Program {
+    /// Reduces the body over the reduction ranges. `lanes` ≤ 1: in order, exactly. Otherwise the
+    /// schedule's reduction order: lane `l` accumulates positions `l, l + lanes, …` (rounded to the
+    /// accumulation dtype at every step, as a kernel does), then lanes combine in a balanced binary
+    /// tree, pairs `2i, 2i + 1` first. Arg-reductions keep the first best position either way.
+    #[allow(clippy::too_many_arguments)]
     fn reduce(
         &self,
         kind: ReductionKind,
@@ -75,6 +80,7 @@ impl Program {
         rranges: &[i64],
         b: &mut Bindings,
         storage: &Storage,
+        lanes: i64,
     ) -> Result<V, String> {
         let total: i64 = rranges.iter().product();
         let dtype = body.dtype(body.result.expect("body has a result"));
@@ -82,10 +88,27 @@ impl Program {
             return Err(format!("{} over an empty range", kind.name()));
         }
         let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
-        let mut best: Option<(V, i64)> = None;
-        let mut acc: Option<V> = None;
+        let laned = lanes > 1;
+        let merge = |a: Option<(V, i64)>, c: Option<(V, i64)>| -> Option<(V, i64)> {
+            match (a, c) {
+                (None, x) | (x, None) => x,
+                (Some((av, ap)), Some((cv, cp))) if arg => Some(
+                    if better(kind, dtype, cv, av) || (!better(kind, dtype, av, cv) && cp < ap) {
+                        (cv, cp)
+                    } else {
+                        (av, ap)
+                    },
+                ),
+                (Some((av, ap)), Some((cv, _))) => {
+                    let v = combine(kind, dtype, av, cv);
+                    Some((if laned { store(dtype, v) } else { v }, ap))
+                }
+            }
+        };
+        let width = if laned { lanes as usize } else { 1 };
+        let mut acc: Vec<Option<(V, i64)>> = vec![None; width];
         let mut ridx = vec![0i64; rranges.len()];
-        for _ in 0..total.max(0) {
+        for position in 0..total.max(0) {
             for (k, &v) in rvars.iter().zip(&ridx) {
                 b.set(
                     self.env
@@ -96,22 +119,8 @@ impl Program {
                 );
             }
             let v = self.eval_body(body, b, storage)?;
-            if arg {
-                let position = ridx.iter().zip(rranges).fold(0i64, |p, (&i, &n)| p * n + i);
-                best = match best {
-                    None => Some((v, position)),
-                    Some((bv, bp)) => Some(if better(kind, dtype, v, bv) {
-                        (v, position)
-                    } else {
-                        (bv, bp)
-                    }),
-                };
-            } else {
-                acc = Some(match acc {
-                    None => v,
-                    Some(a) => combine(kind, dtype, a, v),
-                });
-            }
+            let lane = (position as usize) % width;
+            acc[lane] = merge(acc[lane], Some((v, position)));
             for k in (0..ridx.len()).rev() {
                 ridx[k] += 1;
                 if ridx[k] < rranges[k] {
@@ -120,11 +129,15 @@ impl Program {
                 ridx[k] = 0;
             }
         }
-        if let Some((_, position)) = best {
-            return Ok(V::I(position));
+        while acc.len() > 1 {
+            acc = acc
+                .chunks(2)
+                .map(|p| merge(p[0], p.get(1).copied().flatten()))
+                .collect();
         }
-        Ok(match acc {
-            Some(a) => a,
+        Ok(match acc[0] {
+            Some((_, position)) if arg => V::I(position),
+            Some((v, _)) => v,
             None if dtype.is_float() => V::F(0.0),
             None => V::I(0),
         })
