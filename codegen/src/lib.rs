@@ -1,6 +1,8 @@
 //! Code generation for guardless: the scheduler (fusion, memory planning, kernel configurations from
 //! size hints) and the launch manifest; CUDA C from `templates/` and NVRTC come next.
 
+pub mod cuda;
+pub mod nvrtc;
 pub mod schedule;
 
 pub use guardless_ir as ir;

@@ -1,22 +1,78 @@
-//! `guardless compile GRAPH --emit schedule|manifest`: the scheduler's decisions as text (kernels,
-//! fused nodes, variants, reasons, memory plan), or the launch manifest as JSON.
+//! `guardless compile GRAPH --emit schedule,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]`:
+//! the scheduler's decisions as text, the launch manifest (JSON), the generated CUDA C, and the
+//! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
+//! (`schedule.txt`, `manifest.json`, `kernels.cu`, `kernels.ptx`, `kernels.cubin`,
+//! `compile.log`); without, the one requested product is printed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use guardless_codegen::cuda::generate;
+use guardless_codegen::nvrtc;
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
 
-pub fn run(path: &Path, emit: &str) -> Result<String, String> {
-    if emit != "schedule" && emit != "manifest" {
-        return Err(format!("--emit {emit}: expected schedule or manifest"));
+const PRODUCTS: [&str; 4] = ["schedule", "manifest", "cuda", "ptx"];
+
+pub fn run(
+    path: &Path,
+    emit: &str,
+    out_dir: Option<&PathBuf>,
+    arch: &str,
+) -> Result<String, String> {
+    let wanted: Vec<&str> = emit.split(',').map(str::trim).collect();
+    if let Some(w) = wanted.iter().find(|w| !PRODUCTS.contains(w)) {
+        return Err(format!(
+            "--emit {w}: expected schedule, manifest, cuda or ptx (comma-separated)"
+        ));
+    }
+    if out_dir.is_none() && wanted.len() != 1 {
+        return Err("several products need --out-dir".into());
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let graph = Graph::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut program =
         guardless_ir::lower::lower(&graph).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = schedule(&mut program);
-    if emit == "schedule" {
-        return Ok(s.to_text(&program));
+    let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+    if wanted.contains(&"schedule") {
+        files.push(("schedule.txt", s.to_text(&program).into_bytes()));
     }
-    serde_json::to_string_pretty(&s.manifest(&program)).map_err(|e| e.to_string())
+    if wanted.contains(&"manifest") {
+        let m = serde_json::to_string_pretty(&s.manifest(&program)).map_err(|e| e.to_string())?;
+        files.push(("manifest.json", m.into_bytes()));
+    }
+    if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
+        let module = generate(&mut program, &s);
+        if wanted.contains(&"cuda") {
+            files.push(("kernels.cu", module.source.clone().into_bytes()));
+        }
+        if wanted.contains(&"ptx") {
+            let include = nvrtc::cuda_include().map_err(|e| e.to_string())?;
+            let c = nvrtc::compile(
+                &module.source,
+                "kernels.cu",
+                &nvrtc::options(arch, &include),
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+            files.push(("kernels.ptx", c.ptx.into_bytes()));
+            files.push(("kernels.cubin", c.cubin));
+            files.push(("compile.log", c.log.into_bytes()));
+        }
+    }
+    match out_dir {
+        None => {
+            let (_, bytes) = files.swap_remove(0);
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let mut written = Vec::new();
+            for (name, bytes) in files {
+                let f = dir.join(name);
+                std::fs::write(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+                written.push(f.display().to_string());
+            }
+            Ok(format!("wrote {}\n", written.join(", ")))
+        }
+    }
 }

@@ -39,13 +39,20 @@ pub enum Command {
         #[arg(long, default_value = "loop-ir")]
         emit: String,
     },
-    /// Lower and schedule a graph; print the schedule or the launch manifest.
+    /// Lower, schedule and generate code for a graph; print or write the products.
     Compile {
         /// The graph file.
         graph: std::path::PathBuf,
-        /// What to print: `schedule` (text) or `manifest` (JSON).
+        /// What to produce, comma-separated: `schedule` (text), `manifest` (JSON), `cuda`
+        /// (CUDA C), `ptx` (PTX and CUBIN through NVRTC).
         #[arg(long, default_value = "schedule")]
         emit: String,
+        /// Write every product into this directory (a compiled artifact).
+        #[arg(long)]
+        out_dir: Option<std::path::PathBuf>,
+        /// The GPU architecture NVRTC compiles for.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
     },
     /// Run a graph on given or random inputs and print a summary of its outputs.
     Run(run::RunArgs),
@@ -59,7 +66,12 @@ pub fn run(cli: Cli) -> Result<String, String> {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),
         Command::Lower { graph, emit } => lower::run(&graph, &emit),
-        Command::Compile { graph, emit } => compile::run(&graph, &emit),
+        Command::Compile {
+            graph,
+            emit,
+            out_dir,
+            arch,
+        } => compile::run(&graph, &emit, out_dir.as_ref(), &arch),
         Command::Run(args) => run::run(args),
     }
 }

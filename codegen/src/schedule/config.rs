@@ -371,10 +371,14 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     // Strategy, threads and lanes.
     let vector = vec_choices[0].0;
     let (strategies, threads_per_row, lanes) = if reduction {
+        // Each thread owns 16 bytes of lanes (vector loads or not), so the lanes and the reduction
+        // order do not depend on what alignment allows. At most 512 threads per row leaves 128
+        // registers per thread.
+        let vector = vector_max;
         let many_rows = rows_h >= 4 * SMS;
         let per_thread = if many_rows { 4 } else { 1 };
         let tpr = next_pow2((len_h.max(1) + vector * per_thread - 1) / (vector * per_thread))
-            .clamp(32, 1024);
+            .clamp(32, 512);
         reasons.push(format!(
             "threads per row: {tpr} (hint: rows {rows_t} ≈ {rows_h}, {}; row length {len_t} ≈ {len_h})",
             if many_rows { "many rows: 4 vectors per thread" } else { "few rows: one vector per thread" }
@@ -542,6 +546,7 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         .is_some_and(|v| env.pool().as_bool(v.predicate) == Some(true) && v.aligned.is_empty()));
     k.variants = variants;
     k.reasons = reasons;
+    k.vars = group_vars;
     k
 }
 
@@ -596,7 +601,7 @@ fn group_vars(p: &mut Program, k: &Kernel) -> Vec<Expr> {
 }
 
 /// A member's loop variables → the kernel's variables (size-1 dimensions → 0).
-fn member_map(
+pub(crate) fn member_map(
     env: &mut ShapeEnv,
     loops: &guardless_ir::loop_ir::Loops,
     k: &Kernel,

@@ -446,5 +446,6 @@ pub fn kernel_of(p: &mut Program, deps: &Deps, g: &Group, index: usize) -> Kerne
         origins,
         variants: Vec::new(),
         reasons: Vec::new(),
+        vars: Vec::new(),
     }
 }

@@ -4,7 +4,7 @@
 //! variants — never a guard — so a backed and an unbacked build with the same hints and ranges
 //! get the same schedule.
 
-mod config;
+pub(crate) mod config;
 mod deps;
 mod fusion;
 mod manifest;
@@ -56,6 +56,8 @@ pub struct Kernel {
     pub variants: Vec<Variant>,
     /// Why each configuration choice was made (range proofs, hints).
     pub reasons: Vec<String>,
+    /// The kernel's loop variables: one per outer, then per inner dimension.
+    pub vars: Vec<Expr>,
 }
 
 /// One step of the compiled program, in execution order.

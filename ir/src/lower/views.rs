@@ -132,28 +132,90 @@ pub(super) fn view(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> {
     }
     let new_total = numel(l, &sizes);
     assert_equal(l, total, new_total, "view")?;
+    // Dimensions regroup where products provably match (a split, a merge, size-1 dimensions
+    // added or dropped); each group is reindexed on its own, so most reshapes need no division.
+    let groups = reshape_groups(l, &x.sizes, &sizes)
+        .unwrap_or_else(|| vec![(0..x.sizes.len(), 0..sizes.len())]);
     let in_sizes = x.sizes.clone();
     let out_sizes = sizes.clone();
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
-        // Linear index in the output, then the input's multi-index.
         let p = c.env.pool_mut();
-        let mut linear = p.zero();
-        for (k, &i) in idx.iter().enumerate() {
-            let scaled = p.mul(linear, out_sizes[k]);
-            linear = p.add(scaled, i);
-        }
-        let mut rest = linear;
         let mut src = vec![p.zero(); in_sizes.len()];
-        for k in (0..in_sizes.len()).rev() {
-            let m = p.modulo(rest, in_sizes[k]);
-            src[k] = m;
-            rest = p.floordiv(rest, in_sizes[k]);
+        for (old, new) in &groups {
+            // Linear index within the group's output dims, then the input's dims.
+            let mut linear = p.zero();
+            for k in new.clone() {
+                let scaled = p.mul(linear, out_sizes[k]);
+                linear = p.add(scaled, idx[k]);
+            }
+            let mut rest = linear;
+            for k in old.clone().rev() {
+                if k == old.start {
+                    src[k] = rest;
+                } else {
+                    src[k] = p.modulo(rest, in_sizes[k]);
+                    rest = p.floordiv(rest, in_sizes[k]);
+                }
+            }
         }
         let src: Vec<Expr> = src.into_iter().map(|e| c.env.simplify(e)).collect();
         inner(c, &src)
     });
     Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
+
+/// Consecutive ranges of input and output dimensions whose size products are provably equal,
+/// covering both lists; `None` when no such split is found. Which side grows next is chosen from
+/// the optimization hints — only the provable equality of each group matters for correctness.
+fn reshape_groups(
+    l: &mut Lowerer,
+    old: &[Expr],
+    new: &[Expr],
+) -> Option<Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>> {
+    let mut groups: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    let one = l.env.pool_mut().one();
+    let is_one = |l: &mut Lowerer, e: Expr| {
+        let c = l.env.pool_mut().eq(e, one);
+        l.env.statically_known_true(c)
+    };
+    while i < old.len() || j < new.len() {
+        if i == old.len() || j == new.len() {
+            // What is left on one side must be all ones; it joins the last group.
+            let rest_ok = old[i..].iter().chain(&new[j..]).all(|&e| is_one(l, e));
+            let last = groups.last_mut()?;
+            if !rest_ok {
+                return None;
+            }
+            last.0.end = old.len();
+            last.1.end = new.len();
+            break;
+        }
+        let (i0, j0) = (i, j);
+        let (mut po, mut pn) = (old[i], new[j]);
+        i += 1;
+        j += 1;
+        loop {
+            let c = l.env.pool_mut().eq(po, pn);
+            if po == pn || l.env.statically_known_true(c) {
+                break;
+            }
+            let (ho, hn) = (l.env.optimization_hint(po), l.env.optimization_hint(pn));
+            if (ho <= hn && i < old.len()) || j == new.len() {
+                if i == old.len() {
+                    return None;
+                }
+                po = l.env.pool_mut().mul(po, old[i]);
+                i += 1;
+            } else {
+                pn = l.env.pool_mut().mul(pn, new[j]);
+                j += 1;
+            }
+        }
+        groups.push((i0..i, j0..j));
+    }
+    Some(groups)
 }
 
 pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {

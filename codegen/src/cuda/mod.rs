@@ -1,0 +1,615 @@
+//! CUDA C for a schedule: one translation unit per graph — the common header, then one
+//! `extern "C"` function per kernel variant — rendered from the Tera templates in `templates/`
+//! (embedded in the binary). Dynamic sizes are `long long` parameters; static ones constants.
+
+mod body;
+
+use std::fmt::Write;
+
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::{BufferId, BufferKind, Program, ReductionKind};
+use guardless_ir::sym::{CPrinter, Expr, SymbolId};
+use rustc_hash::FxHashSet;
+use serde::Serialize;
+use tera::{Context, Tera};
+
+use crate::schedule::config::{member_map, IndexType, Strategy, Variant};
+use crate::schedule::{Kernel, Role, Schedule};
+use body::{compute_type, identity, storage_type, Read, Scope};
+
+const COMMON: &str = include_str!("../../../templates/common.cuh");
+const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
+const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
+
+/// A kernel parameter, in order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Param {
+    Buffer {
+        buffer: String,
+        written: bool,
+    },
+    Symbol {
+        name: String,
+    },
+    /// `int*` where the first data-dependent error code is written.
+    Error,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Entry {
+    pub kernel: usize,
+    pub variant: usize,
+    pub name: String,
+    pub params: Vec<Param>,
+    /// `false`: this variant has no generated code yet (a split reduction); the launcher skips it
+    /// and takes the next variant whose predicate holds.
+    pub generated: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct CudaModule {
+    pub source: String,
+    pub entries: Vec<Entry>,
+    /// Error code `k` (from 1) is `errors[k - 1]`.
+    pub errors: Vec<String>,
+}
+
+fn engine() -> Tera {
+    let mut t = Tera::default();
+    t.autoescape_on(vec![]);
+    for (name, text) in [
+        ("common.cuh", COMMON),
+        ("pointwise.cu", POINTWISE),
+        ("reduction.cu", REDUCTION),
+    ] {
+        t.add_raw_template(name, text)
+            .unwrap_or_else(|e| panic!("template {name}: {e}"));
+    }
+    t
+}
+
+/// A C identifier for a buffer's pointer.
+fn pointer_name(p: &Program, b: BufferId) -> String {
+    let raw = &p.buffers[b.index()].name;
+    let clean: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("p_{clean}")
+}
+
+/// Renders every kernel and variant of `s`.
+pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
+    let tera = engine();
+    let mut ctx = Context::new();
+    ctx.insert("helpers_i32", &CPrinter::cuda("int", "i32").helpers());
+    ctx.insert("helpers_i64", &CPrinter::cuda("long long", "i64").helpers());
+    let mut source = tera
+        .render("common.cuh", &ctx)
+        .expect("the common header renders");
+    let mut entries = Vec::new();
+    let mut errors = Vec::new();
+    for (ki, k) in s.kernels.iter().enumerate() {
+        let _ = writeln!(source);
+        for (vi, v) in k.variants.iter().enumerate() {
+            let name = format!("{}_v{vi}", k.name);
+            let generated = !matches!(v.config.strategy, Strategy::Split { .. });
+            let params = if generated {
+                let (text, params) = kernel_variant(p, &tera, k, v, &name, &mut errors);
+                source.push_str(&text);
+                params
+            } else {
+                let _ = writeln!(
+                    source,
+                    "// {name}: split reduction, not generated; the next variant runs instead\n"
+                );
+                Vec::new()
+            };
+            entries.push(Entry {
+                kernel: ki,
+                variant: vi,
+                name,
+                params,
+                generated,
+            });
+        }
+    }
+    CudaModule {
+        source,
+        entries,
+        errors,
+    }
+}
+
+/// Loop and bound variables of a kernel's members (everything that is not a size symbol).
+fn local_symbols(p: &Program, k: &Kernel) -> FxHashSet<SymbolId> {
+    let pool = p.env.pool();
+    let mut out: FxHashSet<SymbolId> = k.vars.iter().filter_map(|&v| pool.as_symbol(v)).collect();
+    for m in &k.members {
+        if let BufferKind::Computed { loops, body } = &p.buffers[m.buffer.index()].kind {
+            out.extend(loops.vars.iter().filter_map(|&v| pool.as_symbol(v)));
+            if let Some((_, _, rv)) = &loops.reduction {
+                out.extend(rv.iter().filter_map(|&v| pool.as_symbol(v)));
+            }
+            for (op, _) in &body.ops {
+                if let guardless_ir::loop_ir::Op::Bind { var, .. } = op {
+                    out.extend(pool.as_symbol(*var));
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Rendered {
+    text: String,
+    params: Vec<Param>,
+}
+
+fn kernel_variant(
+    p: &mut Program,
+    tera: &Tera,
+    k: &Kernel,
+    v: &Variant,
+    entry: &str,
+    errors: &mut Vec<String>,
+) -> (String, Vec<Param>) {
+    let r = render_variant(p, tera, k, v, entry, errors);
+    (r.text, r.params)
+}
+
+fn render_variant(
+    p: &mut Program,
+    tera: &Tera,
+    k: &Kernel,
+    v: &Variant,
+    entry: &str,
+    errors: &mut Vec<String>,
+) -> Rendered {
+    let c = &v.config;
+    let (idx, suffix) = match c.index {
+        IndexType::I32 => ("int", "i32"),
+        IndexType::I64 => ("long long", "i64"),
+    };
+    let printer = CPrinter::cuda(idx, suffix);
+    let locals = local_symbols(p, k);
+    let reduction = !k.inner.is_empty();
+    // Lanes each thread owns (the same in every variant: vector width only changes the loads).
+    let lpt = (c.lanes / c.threads_per_row.max(1)).max(1);
+    let passes = k.members.iter().map(|m| m.pass).max().unwrap_or(0) + 1;
+
+    // Buffers: stored members are written; loads from outside the kernel, or of members stored
+    // in an earlier pass, are read from memory.
+    let mut buffers: Vec<(BufferId, bool)> = Vec::new();
+    let mut note = |b: BufferId, written: bool| match buffers.iter_mut().find(|x| x.0 == b) {
+        Some(x) => x.1 |= written,
+        None => buffers.push((b, written)),
+    };
+    for m in &k.members {
+        if m.stored.is_some() {
+            note(m.buffer, true);
+        }
+        if let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind {
+            for (op, _) in &body.ops {
+                if let guardless_ir::loop_ir::Op::Load { buffer, .. } = op {
+                    let member = k.members.iter().find(|x| x.buffer == *buffer);
+                    let in_memory = match member {
+                        None => true,
+                        Some(x) => x.role == Role::Elementwise && x.pass < m.pass,
+                    };
+                    if in_memory {
+                        note(*buffer, false);
+                    }
+                }
+            }
+        }
+    }
+    // Size symbols the kernel needs.
+    let mut exprs: Vec<Expr> = vec![k.rows, k.row_len];
+    exprs.extend(k.outer.iter().chain(&k.inner).copied());
+    for m in &k.members {
+        let b = &p.buffers[m.buffer.index()];
+        exprs.extend(b.layout.sizes.iter().chain(&b.layout.strides).copied());
+        exprs.push(b.layout.offset);
+        if let BufferKind::Computed { body, loops } = &b.kind {
+            exprs.extend(loops.ranges.iter().copied());
+            if let Some((_, rr, _)) = &loops.reduction {
+                exprs.extend(rr.iter().copied());
+            }
+            for (op, _) in &body.ops {
+                match op {
+                    guardless_ir::loop_ir::Op::Load { index, .. } => exprs.push(*index),
+                    guardless_ir::loop_ir::Op::Index(e, _) => exprs.push(*e),
+                    guardless_ir::loop_ir::Op::Bind { size, .. } => exprs.push(*size),
+                    _ => {}
+                }
+            }
+        }
+    }
+    for &(b, _) in &buffers {
+        let l = &p.buffers[b.index()].layout;
+        exprs.extend(l.strides.iter().copied());
+        exprs.push(l.offset);
+    }
+    let mut symbols: Vec<SymbolId> = Vec::new();
+    for e in exprs {
+        for id in p.env.pool().free_symbols(e) {
+            if !locals.contains(&id) && !symbols.contains(&id) {
+                symbols.push(id);
+            }
+        }
+    }
+    symbols.sort_by_key(|&id| p.env.symbol_name(id).to_string());
+
+    let mut params_c = Vec::new();
+    let mut params = Vec::new();
+    for &(b, written) in &buffers {
+        let t = storage_type(p.buffers[b.index()].dtype);
+        let q = if written { "" } else { "const " };
+        params_c.push(format!("{q}{t}* __restrict__ {}", pointer_name(p, b)));
+        params.push(Param::Buffer {
+            buffer: p.buffers[b.index()].name.clone(),
+            written,
+        });
+    }
+    let mut decls = String::new();
+    for &id in &symbols {
+        let n = p.env.symbol_name(id).to_string();
+        params_c.push(format!("long long gl_sym_{n}"));
+        params.push(Param::Symbol { name: n.clone() });
+        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
+    }
+    params_c.push("int* __restrict__ gl_error".into());
+    params.push(Param::Error);
+
+    let c_of = |p: &mut Program, e: Expr| p.env.to_c(e, &printer);
+    let decompose = |p: &mut Program, lin: &str, vars: &[Expr], sizes: &[Expr], indent: &str| {
+        let mut out = String::new();
+        if vars.is_empty() {
+            return out;
+        }
+        let _ = writeln!(out, "{indent}{idx} gl_rest_{lin} = {lin};");
+        for j in (0..vars.len()).rev() {
+            let name = p.env.text(vars[j]);
+            if j == 0 {
+                let _ = writeln!(out, "{indent}const {idx} {name} = gl_rest_{lin};");
+            } else {
+                let size = c_of(p, sizes[j]);
+                let _ = writeln!(
+                    out,
+                    "{indent}const {idx} {name} = gl_rest_{lin} % ({size}); gl_rest_{lin} /= ({size});"
+                );
+            }
+        }
+        out
+    };
+    let (outer_vars, inner_vars) = k.vars.split_at(k.outer.len());
+
+    // The member bodies, per pass.
+    let member_vars: Vec<Vec<(SymbolId, Expr)>> = k
+        .members
+        .iter()
+        .map(|m| match &p.buffers[m.buffer.index()].kind {
+            BufferKind::Computed { loops, .. } => {
+                let loops = loops.clone();
+                member_map(&mut p.env, &loops, k, m.role, &k.vars)
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    let row_name = |b: BufferId| format!("m{}_row", b.0);
+    let val_name = |b: BufferId| format!("m{}_val", b.0);
+    let pointers: Vec<String> = (0..p.buffers.len())
+        .map(|i| pointer_name(p, BufferId(i as u32)))
+        .collect();
+    let mut pass_ctx: Vec<tera::Value> = Vec::new();
+    let mut pointwise_body = String::new();
+    let smem_bytes =
+        (c.threads / c.threads_per_row.max(1)).max(1) * (c.threads_per_row / 32).max(1) * 16;
+    for pass in 0..passes {
+        let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
+        for (mi, m) in k.members.iter().enumerate() {
+            let buf = p.buffers[m.buffer.index()].clone();
+            let BufferKind::Computed { loops, body } = &buf.kind else {
+                continue;
+            };
+            if m.pass != pass {
+                continue;
+            }
+            let read = |b: BufferId| -> Read {
+                match k.members.iter().find(|x| x.buffer == b) {
+                    Some(x) if x.role != Role::Elementwise => Read::Register(row_name(b)),
+                    Some(x) if x.pass == pass => Read::Register(val_name(b)),
+                    _ => Read::Memory(pointers[b.index()].clone()),
+                }
+            };
+            let store_index = buf.layout.index(&mut p.env, &loops.vars);
+            let what = format!("{} ({})", buf.name, buf.origins.join(", "));
+            let indent = match m.role {
+                Role::RowValue => "  ",
+                _ if reduction => "        ",
+                _ => "        ",
+            };
+            let mut sc = Scope {
+                env: &mut p.env,
+                printer: &printer,
+                idx,
+                read: &read,
+                vars: &member_vars[mi],
+                errors,
+                what,
+            };
+            let prefix = format!("m{}_", m.buffer.0);
+            let (stmts, result) = body::render(body, &prefix, &mut sc, indent);
+            let store = |sc: &mut Scope, value: &str| -> String {
+                let vars = sc.vars;
+                let at = sc.env.pool_mut().substitute(store_index, &|id| {
+                    vars.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
+                });
+                let at = sc.env.simplify(at);
+                format!(
+                    "gl_st({}, (long long)({}), {value});",
+                    pointer_name_of(&buf.name),
+                    sc.env.to_c(at, sc.printer)
+                )
+            };
+            let ct = compute_type(body.dtype(body.result.expect("result")));
+            match m.role {
+                Role::Elementwise => {
+                    let mut t = stmts;
+                    let _ = writeln!(t, "{indent}const {ct} {} = {result};", val_name(m.buffer));
+                    if m.stored.is_some() {
+                        let cast = body::cast(
+                            &result,
+                            body.dtype(body.result.expect("result")),
+                            buf.dtype,
+                        );
+                        let st = store(&mut sc, &cast);
+                        let _ = writeln!(t, "{indent}{st}");
+                    }
+                    if reduction {
+                        body_text.push_str(&t);
+                    } else {
+                        pointwise_body.push_str(&t);
+                    }
+                }
+                Role::RowValue => {
+                    let mut t = stmts;
+                    let _ = writeln!(t, "  const {ct} {} = {result};", row_name(m.buffer));
+                    if m.stored.is_some() {
+                        let cast = body::cast(
+                            &result,
+                            body.dtype(body.result.expect("result")),
+                            buf.dtype,
+                        );
+                        let st = store(&mut sc, &cast);
+                        let _ = writeln!(t, "  if (gl_active && gl_tid == 0) {{ {st} }}");
+                    }
+                    init.push_str(&t);
+                }
+                Role::Reduction => {
+                    let (kind, _, _) = loops.reduction.clone().expect("a reduction");
+                    let d = body.dtype(body.result.expect("result"));
+                    let acc = format!("m{}_acc", m.buffer.0);
+                    let pos = format!("m{}_pos", m.buffer.0);
+                    let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
+                    let vec = lpt;
+                    if arg {
+                        let _ = writeln!(
+                            init,
+                            "  {ct} {acc}[{vec}];\n  long long {pos}[{vec}];\n#pragma unroll\n  for (int l = 0; l < {vec}; ++l) {{ {acc}[l] = {}; {pos}[l] = 9223372036854775807LL; }}",
+                            identity(kind, d)
+                        );
+                    } else {
+                        let _ = writeln!(
+                            init,
+                            "  {ct} {acc}[{vec}];\n#pragma unroll\n  for (int l = 0; l < {vec}; ++l) {{ {acc}[l] = {}; }}",
+                            identity(kind, d)
+                        );
+                    }
+                    let mut t = stmts;
+                    if arg {
+                        let better = if kind == ReductionKind::ArgMax {
+                            "gl_better_max"
+                        } else {
+                            "gl_better_min"
+                        };
+                        let _ = writeln!(
+                            t,
+                            "{indent}if ({pos}[gl_l] == 9223372036854775807LL || {better}({result}, {acc}[gl_l])) {{ {acc}[gl_l] = {result}; {pos}[gl_l] = (long long)gl_r; }}"
+                        );
+                    } else {
+                        let _ = writeln!(
+                            t,
+                            "{indent}{acc}[gl_l] = {};",
+                            body::combine(kind, &format!("{acc}[gl_l]"), &result)
+                        );
+                    }
+                    body_text.push_str(&t);
+                    finish.push_str(&finish_reduction(
+                        kind,
+                        d,
+                        &acc,
+                        &pos,
+                        lpt,
+                        c.threads_per_row,
+                    ));
+                    let value = if arg { pos.clone() } else { acc.clone() };
+                    let rt = if arg { "long long" } else { ct };
+                    let _ = writeln!(finish, "  const {rt} {} = {value}[0];", row_name(m.buffer));
+                    if m.stored.is_some() {
+                        let from = if arg { DType::I64 } else { d };
+                        let cast = body::cast(&row_name(m.buffer), from, buf.dtype);
+                        let st = store(&mut sc, &cast);
+                        let _ = writeln!(finish, "  if (gl_active && gl_tid == 0) {{ {st} }}");
+                    }
+                }
+            }
+        }
+        let mut pc = tera::Map::new();
+        // Accumulator arrays need the lane loop unrolled (static indices); elementwise-only
+        // passes stay rolled, which keeps register pressure low.
+        let accumulates = k
+            .members
+            .iter()
+            .any(|m| m.pass == pass && m.role == Role::Reduction);
+        let unroll = if accumulates {
+            "#pragma unroll"
+        } else {
+            "#pragma unroll 1"
+        };
+        pc.insert("unroll".into(), unroll.into());
+        pc.insert("init".into(), init.into());
+        pc.insert(
+            "decompose".into(),
+            decompose(p, "gl_r", inner_vars, &k.inner, "        ").into(),
+        );
+        pc.insert("body".into(), body_text.into());
+        pc.insert("finish".into(), finish.into());
+        pass_ctx.push(tera::Value::Object(pc));
+    }
+
+    let mut ctx = Context::new();
+    ctx.insert("name", &k.name);
+    ctx.insert("entry", entry);
+    ctx.insert("nodes", &k.origins.join(", "));
+    ctx.insert("params", &params_c.join(", "));
+    ctx.insert("symbols", &decls);
+    ctx.insert("idx", idx);
+    ctx.insert("index", if idx == "int" { "int32" } else { "int64" });
+    ctx.insert("threads", &c.threads);
+    ctx.insert("vector", &c.vector);
+    let text = if reduction {
+        let strategy = match c.strategy {
+            Strategy::Persistent => "persistent",
+            _ => "looped",
+        };
+        ctx.insert("strategy", strategy);
+        ctx.insert("rows_text", &p.env.text(k.rows));
+        ctx.insert("len_text", &p.env.text(k.row_len));
+        ctx.insert("rows", &c_of(p, k.rows));
+        ctx.insert("len", &c_of(p, k.row_len));
+        ctx.insert("tpr", &c.threads_per_row);
+        ctx.insert("lanes", &c.lanes);
+        ctx.insert("lpt", &lpt);
+        ctx.insert("rows_per_block", &(c.threads / c.threads_per_row).max(1));
+        ctx.insert("smem_bytes", &smem_bytes);
+        ctx.insert(
+            "decompose_row",
+            &decompose(p, "gl_row", outer_vars, &k.outer, "  "),
+        );
+        ctx.insert("passes", &pass_ctx);
+        tera.render("reduction.cu", &ctx)
+    } else {
+        ctx.insert("numel_text", &p.env.text(k.rows));
+        ctx.insert("numel", &c_of(p, k.rows));
+        ctx.insert("ept", &c.elements_per_thread);
+        ctx.insert("chunks", &(c.elements_per_thread / c.vector).max(1));
+        ctx.insert(
+            "decompose",
+            &decompose(p, "gl_lin", outer_vars, &k.outer, "        "),
+        );
+        ctx.insert("body", &pointwise_body);
+        tera.render("pointwise.cu", &ctx)
+    }
+    .unwrap_or_else(|e| panic!("kernel template: {e:?}"));
+    Rendered {
+        text: text + "\n",
+        params,
+    }
+}
+
+fn pointer_name_of(buffer_name: &str) -> String {
+    let clean: String = buffer_name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("p_{clean}")
+}
+
+/// Combines a thread's lanes, then the row's threads, in the balanced-tree order; leaves the
+/// row's result in element 0 of the accumulators (and positions) of every thread of the row.
+fn finish_reduction(
+    kind: ReductionKind,
+    d: DType,
+    acc: &str,
+    pos: &str,
+    vec: i64,
+    tpr: i64,
+) -> String {
+    let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
+    // Shuffles take int, not bool.
+    let ct = match compute_type(d) {
+        "bool" => "int",
+        t => t,
+    };
+    let better = if kind == ReductionKind::ArgMax {
+        "gl_better_max"
+    } else {
+        "gl_better_min"
+    };
+    // (a, pa) ⊕ (b, pb) into (a, pa): b wins if better, or tied with an earlier position.
+    let merge = |a: &str, pa: &str, b: &str, pb: &str| -> String {
+        if arg {
+            format!(
+                "if ({better}({b}, {a}) || (!{better}({a}, {b}) && {pb} < {pa})) {{ {a} = {b}; {pa} = {pb}; }}"
+            )
+        } else {
+            format!("{a} = {};", body::combine(kind, a, b))
+        }
+    };
+    // Declarations and shuffles of the position travel with the value only for arg-reductions.
+    let q = |text: &str| if arg { text.to_string() } else { String::new() };
+    let mut out = String::new();
+    let _ = writeln!(out, "  {{");
+    let _ = writeln!(
+        out,
+        "#pragma unroll\n    for (int s = 1; s < {vec}; s <<= 1)\n#pragma unroll\n      for (int l = 0; l + s < {vec}; l += 2 * s) {{ {} }}",
+        merge(&format!("{acc}[l]"), &format!("{pos}[l]"), &format!("{acc}[l + s]"), &format!("{pos}[l + s]"))
+    );
+    let _ = writeln!(
+        out,
+        "    {ct} v = {acc}[0];{}",
+        q(&format!(" long long q = {pos}[0];"))
+    );
+    let shuffle = |w: &str, lane: &str| {
+        format!(
+            "{ct} w = __shfl_down_sync(0xffffffffu, {w}, {lane});{}",
+            q(&format!(
+                " long long r = __shfl_down_sync(0xffffffffu, q, {lane});"
+            ))
+        )
+    };
+    let warp = tpr.min(32);
+    let _ = writeln!(
+        out,
+        "    for (int o = 1; o < {warp}; o <<= 1) {{ {} {} }}",
+        shuffle("v", "o"),
+        merge("v", "q", "w", "r")
+    );
+    if tpr > 32 {
+        let warps = tpr / 32;
+        let id = identity(kind, d);
+        let _ = writeln!(
+            out,
+            "    {ct}* sv = ({ct}*)gl_smem_raw;{}\n    const int base = (threadIdx.x / {tpr}) * {warps};\n    if ((gl_tid & 31) == 0) {{ sv[base + gl_tid / 32] = v;{} }}\n    __syncthreads();\n    if (gl_tid < 32) {{\n      v = gl_tid < {warps} ? sv[base + gl_tid] : {id};{}\n      for (int o = 1; o < {warps}; o <<= 1) {{ {} {} }}\n      if (gl_tid == 0) {{ sv[base] = v;{} }}\n    }}\n    __syncthreads();\n    v = sv[base];{}\n    __syncthreads();",
+            q(" long long* sq = (long long*)(gl_smem_raw + sizeof(gl_smem_raw) / 2);"),
+            q(" sq[base + gl_tid / 32] = q;"),
+            q(" q = gl_tid < WARPS ? sq[base + gl_tid] : 9223372036854775807LL;").replace("WARPS", &warps.to_string()),
+            shuffle("v", "o"),
+            merge("v", "q", "w", "r"),
+            q(" sq[base] = q;"),
+            q(" q = sq[base];"),
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "    const int lead = (threadIdx.x % 32) / {tpr} * {tpr};\n    v = __shfl_sync(0xffffffffu, v, lead);{}",
+            q(" q = __shfl_sync(0xffffffffu, q, lead);")
+        );
+    }
+    let _ = writeln!(out, "    {acc}[0] = v;{}", q(&format!(" {pos}[0] = q;")));
+    let _ = writeln!(out, "  }}");
+    out
+}

@@ -1,0 +1,153 @@
+//! Generated CUDA: every kernel and variant of every example, backed and unbacked, at several
+//! hints, compiles with the pinned NVRTC for sm_90 without spills, and its PTX (`.version 9.0`)
+//! assembles with the pinned `ptxas`; golden sources for three graphs; backed and unbacked builds
+//! give the same source.
+
+use guardless_codegen::cuda::generate;
+use guardless_codegen::nvrtc;
+use guardless_codegen::schedule::schedule;
+use guardless_ir::graph::Graph;
+use guardless_ir::lower::lower;
+use serde_json::Value;
+
+fn example(name: &str) -> String {
+    let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap()
+}
+
+fn example_names() -> Vec<String> {
+    let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let f = e.unwrap().file_name().into_string().ok()?;
+            f.strip_suffix(".unbacked.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The example with `n` declared `kind` at hint `h` over [0, 65536].
+fn with_hint(name: &str, kind: &str, h: i64) -> String {
+    let mut v: Value = serde_json::from_str(&example(&format!("{name}.unbacked"))).unwrap();
+    for s in v["symbols"].as_array_mut().unwrap() {
+        if s["name"] == "n" {
+            *s = if kind == "backed" {
+                serde_json::json!({"name": "n", "kind": "backed", "hint": h, "min": 0, "max": 65536})
+            } else {
+                serde_json::json!({"name": "n", "kind": "unbacked", "optimization_hint": h, "min": 0, "max": 65536})
+            };
+        }
+    }
+    v.to_string()
+}
+
+fn cuda_of(text: &str) -> guardless_codegen::cuda::CudaModule {
+    let g = Graph::from_json(text).unwrap();
+    let mut p = lower(&g).unwrap();
+    let s = schedule(&mut p);
+    generate(&mut p, &s)
+}
+
+/// NVRTC and the CUDA headers, or why the test is skipped. Under `ci/test` (which sources
+/// `.tools/env`) they must be there.
+fn toolchain() -> Option<std::path::PathBuf> {
+    let required = std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_some();
+    match (nvrtc::ensure_loaded(), nvrtc::cuda_include()) {
+        (Ok(()), Ok(inc)) => Some(inc),
+        (Err(e), _) | (_, Err(e)) => {
+            assert!(
+                !required,
+                "the CUDA toolchain of .tools/env is unusable: {e}"
+            );
+            println!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn every_kernel_compiles_for_sm90_without_spills() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    let dir = std::env::temp_dir().join(format!("guardless-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut compiled = 0;
+    for name in example_names() {
+        for (kind, h) in [("unbacked", 1), ("backed", 37), ("unbacked", 4100)] {
+            let what = format!("{name} {kind} hint {h}");
+            let m = cuda_of(&with_hint(&name, kind, h));
+            let c = nvrtc::compile(&m.source, "kernels.cu", &options)
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
+            for e in m.entries.iter().filter(|e| e.generated) {
+                let r = c
+                    .kernels
+                    .iter()
+                    .find(|k| k.name == e.name)
+                    .unwrap_or_else(|| panic!("{what}: no ptxas report for {}", e.name));
+                assert_eq!(r.spill_bytes, 0, "{what}: {} spills", e.name);
+                compiled += 1;
+            }
+            assert_eq!(nvrtc::ptx_version(&c.ptx), Some("9.0"), "{what}");
+            assert!(!c.cubin.is_empty(), "{what}");
+            // The pinned ptxas assembles the PTX too.
+            if let Ok(ptxas) = which_ptxas() {
+                let ptx = dir.join(format!("{name}-{kind}-{h}.ptx"));
+                std::fs::write(&ptx, &c.ptx).unwrap();
+                let out = std::process::Command::new(&ptxas)
+                    .args(["-arch=sm_90", "-o"])
+                    .arg(ptx.with_extension("cubin"))
+                    .arg(&ptx)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{what}: ptxas: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(compiled > 50, "only {compiled} kernels compiled");
+}
+
+/// `ptxas` from `.tools` (on PATH under ci/test).
+fn which_ptxas() -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("ptxas"))
+        .find(|p| p.exists())
+        .ok_or(())
+}
+
+#[test]
+fn generated_cuda_matches_the_golden_text() {
+    for name in ["rms_norm", "softmax", "silu_and_mul"] {
+        let text = cuda_of(&example(&format!("{name}.unbacked"))).source;
+        let golden = format!(
+            "{}/../tests/golden/{name}.unbacked.cu",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        if std::env::var_os("GUARDLESS_BLESS").is_some() {
+            std::fs::write(&golden, &text).unwrap();
+        }
+        let want = std::fs::read_to_string(&golden).unwrap();
+        assert_eq!(
+            text, want,
+            "{name}: the generated CUDA changed; rerun with GUARDLESS_BLESS=1 if that is intended"
+        );
+    }
+}
+
+#[test]
+fn backed_and_unbacked_builds_generate_the_same_cuda() {
+    for name in example_names() {
+        for h in [37, 4100] {
+            let b = cuda_of(&with_hint(&name, "backed", h)).source;
+            let u = cuda_of(&with_hint(&name, "unbacked", h)).source;
+            assert_eq!(b, u, "{name} at hint {h}");
+        }
+    }
+}

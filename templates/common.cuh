@@ -1,0 +1,53 @@
+// guardless: device helpers shared by every kernel of a graph. f16/bf16 are stored as such and
+// computed in f32; integer floor division and modulo follow Python (helpers below).
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+{{ helpers_i32 }}
+{{ helpers_i64 }}
+#define GL_NAN __int_as_float(0x7fc00000)
+#define GL_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+
+// Loads give the compute type: f16/bf16 widen to f32.
+__device__ __forceinline__ float gl_ld(const __nv_bfloat16* p, long long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float gl_ld(const __half* p, long long i) { return __half2float(p[i]); }
+__device__ __forceinline__ float gl_ld(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ double gl_ld(const double* p, long long i) { return p[i]; }
+__device__ __forceinline__ long long gl_ld(const long long* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const int* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const signed char* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const unsigned char* p, long long i) { return p[i]; }
+__device__ __forceinline__ bool gl_ld(const bool* p, long long i) { return p[i]; }
+
+// Stores round to the stored type (round to nearest even).
+__device__ __forceinline__ void gl_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void gl_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void gl_st(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(double* p, long long i, double v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(long long* p, long long i, long long v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(int* p, long long i, int v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(signed char* p, long long i, int v) { p[i] = (signed char)v; }
+__device__ __forceinline__ void gl_st(unsigned char* p, long long i, int v) { p[i] = (unsigned char)v; }
+__device__ __forceinline__ void gl_st(bool* p, long long i, bool v) { p[i] = v; }
+
+__device__ __forceinline__ float gl_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float gl_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+
+// max/min that propagate NaN, as ATen does.
+__device__ __forceinline__ float gl_max(float a, float b) { return (a != a || b != b) ? GL_NAN : fmaxf(a, b); }
+__device__ __forceinline__ float gl_min(float a, float b) { return (a != a || b != b) ? GL_NAN : fminf(a, b); }
+__device__ __forceinline__ double gl_max(double a, double b) { return (a != a || b != b) ? GL_NAN_D : fmax(a, b); }
+__device__ __forceinline__ double gl_min(double a, double b) { return (a != a || b != b) ? GL_NAN_D : fmin(a, b); }
+__device__ __forceinline__ long long gl_max(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long gl_min(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ int gl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int gl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ bool gl_max(bool a, bool b) { return a || b; }
+__device__ __forceinline__ bool gl_min(bool a, bool b) { return a && b; }
+
+// Whether `v` beats `b` in an arg-reduction: NaN beats every number; the first NaN stays.
+template <typename T> __device__ __forceinline__ bool gl_better_max(T v, T b) { return !(b != b) && ((v != v) || v > b); }
+template <typename T> __device__ __forceinline__ bool gl_better_min(T v, T b) { return !(b != b) && ((v != v) || v < b); }
+
+// A data-dependent error: the first one raised is kept; the host reports it by code.
+__device__ __forceinline__ void gl_fail(int* error, int code) { atomicCAS(error, 0, code); }

@@ -1,0 +1,196 @@
+// guardless: device helpers shared by every kernel of a graph. f16/bf16 are stored as such and
+// computed in f32; integer floor division and modulo follow Python (helpers below).
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ int gl_floordiv_i32(int a, int b) { int q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ int gl_ceildiv_i32(int a, int b) { int q = a / b; return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q; }
+__device__ __forceinline__ int gl_mod_i32(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ int gl_min_i32(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int gl_max_i32(int a, int b) { return a > b ? a : b; }
+
+__device__ __forceinline__ long long gl_floordiv_i64(long long a, long long b) { long long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long gl_ceildiv_i64(long long a, long long b) { long long q = a / b; return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q; }
+__device__ __forceinline__ long long gl_mod_i64(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ long long gl_min_i64(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ long long gl_max_i64(long long a, long long b) { return a > b ? a : b; }
+
+#define GL_NAN __int_as_float(0x7fc00000)
+#define GL_NAN_D __longlong_as_double(0x7ff8000000000000LL)
+
+// Loads give the compute type: f16/bf16 widen to f32.
+__device__ __forceinline__ float gl_ld(const __nv_bfloat16* p, long long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float gl_ld(const __half* p, long long i) { return __half2float(p[i]); }
+__device__ __forceinline__ float gl_ld(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ double gl_ld(const double* p, long long i) { return p[i]; }
+__device__ __forceinline__ long long gl_ld(const long long* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const int* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const signed char* p, long long i) { return p[i]; }
+__device__ __forceinline__ int gl_ld(const unsigned char* p, long long i) { return p[i]; }
+__device__ __forceinline__ bool gl_ld(const bool* p, long long i) { return p[i]; }
+
+// Stores round to the stored type (round to nearest even).
+__device__ __forceinline__ void gl_st(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void gl_st(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void gl_st(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(double* p, long long i, double v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(long long* p, long long i, long long v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(int* p, long long i, int v) { p[i] = v; }
+__device__ __forceinline__ void gl_st(signed char* p, long long i, int v) { p[i] = (signed char)v; }
+__device__ __forceinline__ void gl_st(unsigned char* p, long long i, int v) { p[i] = (unsigned char)v; }
+__device__ __forceinline__ void gl_st(bool* p, long long i, bool v) { p[i] = v; }
+
+__device__ __forceinline__ float gl_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float gl_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+
+// max/min that propagate NaN, as ATen does.
+__device__ __forceinline__ float gl_max(float a, float b) { return (a != a || b != b) ? GL_NAN : fmaxf(a, b); }
+__device__ __forceinline__ float gl_min(float a, float b) { return (a != a || b != b) ? GL_NAN : fminf(a, b); }
+__device__ __forceinline__ double gl_max(double a, double b) { return (a != a || b != b) ? GL_NAN_D : fmax(a, b); }
+__device__ __forceinline__ double gl_min(double a, double b) { return (a != a || b != b) ? GL_NAN_D : fmin(a, b); }
+__device__ __forceinline__ long long gl_max(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long gl_min(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ int gl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int gl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ bool gl_max(bool a, bool b) { return a || b; }
+__device__ __forceinline__ bool gl_min(bool a, bool b) { return a && b; }
+
+// Whether `v` beats `b` in an arg-reduction: NaN beats every number; the first NaN stays.
+template <typename T> __device__ __forceinline__ bool gl_better_max(T v, T b) { return !(b != b) && ((v != v) || v > b); }
+template <typename T> __device__ __forceinline__ bool gl_better_min(T v, T b) { return !(b != b) && ((v != v) || v < b); }
+
+// A data-dependent error: the first one raised is kept; the host reports it by code.
+__device__ __forceinline__ void gl_fail(int* error, int code) { atomicCAS(error, 0, code); }
+
+// pointwise_out_0: out
+// pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_numel = (((int)512LL)*n);
+  const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 8;
+#pragma unroll
+  for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_lin = gl_first + (int)gl_chunk * 128 * 8 + gl_l;
+      if (gl_lin < gl_numel) {
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_1 = ((float)m1_0);
+        const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
+        const float m1_3 = (m1_1 * m1_2);
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_5 = ((float)m1_4);
+        const float m1_6 = (m1_3 * m1_5);
+        const float m1_7 = gl_round_bf16((float)m1_6);
+        const float m1_val = m1_7;
+        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+
+      }
+    }
+  }
+}
+
+// pointwise_out_0: out
+// pointwise over 512*n elements; 128 threads × 1 elements, vector 1, int32 indices
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_numel = (((int)512LL)*n);
+  const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 1;
+#pragma unroll
+  for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
+#pragma unroll
+    for (int gl_l = 0; gl_l < 1; ++gl_l) {
+      const int gl_lin = gl_first + (int)gl_chunk * 128 * 1 + gl_l;
+      if (gl_lin < gl_numel) {
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_1 = ((float)m1_0);
+        const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
+        const float m1_3 = (m1_1 * m1_2);
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_5 = ((float)m1_4);
+        const float m1_6 = (m1_3 * m1_5);
+        const float m1_7 = gl_round_bf16((float)m1_6);
+        const float m1_val = m1_7;
+        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+
+      }
+    }
+  }
+}
+
+// pointwise_out_0: out
+// pointwise over 512*n elements; 256 threads × 16 elements, vector 8, int32 indices
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_numel = (((int)512LL)*n);
+  const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 8;
+#pragma unroll
+  for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_lin = gl_first + (int)gl_chunk * 256 * 8 + gl_l;
+      if (gl_lin < gl_numel) {
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_1 = ((float)m1_0);
+        const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
+        const float m1_3 = (m1_1 * m1_2);
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_5 = ((float)m1_4);
+        const float m1_6 = (m1_3 * m1_5);
+        const float m1_7 = gl_round_bf16((float)m1_6);
+        const float m1_val = m1_7;
+        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+
+      }
+    }
+  }
+}
+
+// pointwise_out_0: out
+// pointwise over 512*n elements; 256 threads × 2 elements, vector 1, int32 indices
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_numel = (((int)512LL)*n);
+  const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 1;
+#pragma unroll
+  for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
+#pragma unroll
+    for (int gl_l = 0; gl_l < 1; ++gl_l) {
+      const int gl_lin = gl_first + (int)gl_chunk * 256 * 1 + gl_l;
+      if (gl_lin < gl_numel) {
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_1 = ((float)m1_0);
+        const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
+        const float m1_3 = (m1_1 * m1_2);
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_5 = ((float)m1_4);
+        const float m1_6 = (m1_3 * m1_5);
+        const float m1_7 = gl_round_bf16((float)m1_6);
+        const float m1_val = m1_7;
+        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+
+      }
+    }
+  }
+}
+
