@@ -52,7 +52,51 @@ fn the_manifest_is_json_and_unknown_emits_are_refused() {
         .unwrap()
         .iter()
         .any(|s| s["kind"] == "kernel"));
-    let (ok, _, err) = compile("softmax.unbacked.json", "cuda");
+    let (ok, _, err) = compile("softmax.unbacked.json", "llvm");
     assert!(!ok);
-    assert!(err.contains("expected schedule or manifest"), "{err}");
+    assert!(
+        err.contains("expected schedule, manifest, cuda or ptx"),
+        "{err}"
+    );
+    let (ok, _, err) = compile("softmax.unbacked.json", "cuda,schedule");
+    assert!(!ok);
+    assert!(err.contains("need --out-dir"), "{err}");
+}
+
+/// `--out-dir` writes the compiled artifact: schedule, manifest, CUDA source, and — with NVRTC
+/// (under ci/test) — PTX, CUBIN and the compile log.
+#[test]
+fn out_dir_holds_the_compiled_artifact() {
+    let dir = std::env::temp_dir().join(format!("guardless-artifact-{}", std::process::id()));
+    let path = format!(
+        "{}/examples/graphs/rms_norm.unbacked.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let with_ptx = std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_some();
+    let emit = if with_ptx {
+        "schedule,manifest,cuda,ptx"
+    } else {
+        println!("no ptx: GUARDLESS_CUDA_INCLUDE is not set (run ci/setup, source .tools/env)");
+        "schedule,manifest,cuda"
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &path, "--emit", emit, "--out-dir"])
+        .arg(&dir)
+        .env("GUARDLESS_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cu = std::fs::read_to_string(dir.join("kernels.cu")).unwrap();
+    assert!(cu.contains("extern \"C\" __global__"));
+    assert!(dir.join("schedule.txt").exists() && dir.join("manifest.json").exists());
+    if with_ptx {
+        let ptx = std::fs::read_to_string(dir.join("kernels.ptx")).unwrap();
+        assert!(ptx.contains(".version 9.0"), "PTX version");
+        assert!(std::fs::metadata(dir.join("kernels.cubin")).unwrap().len() > 0);
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

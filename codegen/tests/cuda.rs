@@ -151,3 +151,59 @@ fn backed_and_unbacked_builds_generate_the_same_cuda() {
         }
     }
 }
+
+/// Threads compiling the same graph into one cache at once all get the same CUBIN; a corrupt
+/// entry is recompiled and replaced; an intact one is a hit.
+#[test]
+fn the_disk_cache_survives_concurrency_and_corruption() {
+    use guardless_codegen::cache::{key, Cache};
+    let Some(include) = toolchain() else { return };
+    let dir = std::env::temp_dir().join(format!("guardless-cache-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let source = cuda_of(&example("softmax.unbacked")).source;
+    let results: Vec<(Vec<u8>, bool)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (dir, source) = (dir.clone(), source.clone());
+                s.spawn(move || {
+                    let (c, hit) = Cache::new(dir).compile(&source, "sm_90").unwrap();
+                    (c.cubin, hit)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.windows(2).all(|w| w[0].0 == w[1].0));
+    let cache = Cache::new(&dir);
+    let (_, hit) = cache.compile(&source, "sm_90").unwrap();
+    assert!(hit, "a second compile is a cache hit");
+    // Corrupt the entry: it is recompiled, not trusted.
+    let k = key(
+        &source,
+        &nvrtc::options("sm_90", &include),
+        nvrtc::version().unwrap(),
+        "sm_90",
+    );
+    let entry = dir.join(format!("{k}.nvrtc"));
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&entry, bytes).unwrap();
+    let (c, hit) = cache.compile(&source, "sm_90").unwrap();
+    assert!(!hit, "a corrupt entry is recompiled");
+    assert_eq!(c.cubin, results[0].0);
+    assert!(cache.compile(&source, "sm_90").unwrap().1, "and replaced");
+    // No temporary file is left behind.
+    let leftovers = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".tmp")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -2,12 +2,13 @@
 //! the scheduler's decisions as text, the launch manifest (JSON), the generated CUDA C, and the
 //! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
 //! (`schedule.txt`, `manifest.json`, `kernels.cu`, `kernels.ptx`, `kernels.cubin`,
-//! `compile.log`); without, the one requested product is printed.
+//! `compile.log`); without, the one requested product is printed. NVRTC results go through the disk
+//! cache (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
 
 use std::path::{Path, PathBuf};
 
+use guardless_codegen::cache::{self, Cache};
 use guardless_codegen::cuda::generate;
-use guardless_codegen::nvrtc;
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
 
@@ -47,13 +48,11 @@ pub fn run(
             files.push(("kernels.cu", module.source.clone().into_bytes()));
         }
         if wanted.contains(&"ptx") {
-            let include = nvrtc::cuda_include().map_err(|e| e.to_string())?;
-            let c = nvrtc::compile(
-                &module.source,
-                "kernels.cu",
-                &nvrtc::options(arch, &include),
-            )
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            // Through the disk cache: an unchanged graph compiles once per machine.
+            let cache = Cache::new(cache::default_dir());
+            let (c, _) = cache
+                .compile(&module.source, arch)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             files.push(("kernels.ptx", c.ptx.into_bytes()));
             files.push(("kernels.cubin", c.cubin));
             files.push(("compile.log", c.log.into_bytes()));

@@ -17,6 +17,9 @@ use crate::schedule::config::{member_map, IndexType, Strategy, Variant};
 use crate::schedule::{Kernel, Role, Schedule};
 use body::{compute_type, identity, storage_type, Read, Scope};
 
+/// Stands for the function name while a variant is compared with the ones before it.
+const ENTRY: &str = "GL_ENTRY_NAME";
+
 const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
@@ -42,7 +45,8 @@ pub struct Entry {
     pub variant: usize,
     pub name: String,
     pub params: Vec<Param>,
-    /// `false`: this variant has no generated code yet (a split reduction); the launcher skips it
+    /// The function to launch (variants with identical code share the first one's).
+    /// `generated == false`: this variant has no generated code yet (a split reduction); the launcher skips it
     /// and takes the next variant whose predicate holds.
     pub generated: bool,
 }
@@ -90,14 +94,29 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         .expect("the common header renders");
     let mut entries = Vec::new();
     let mut errors = Vec::new();
+    // Variants whose code comes out the same (they differ only in what the launch does, or in a
+    // choice this generator does not act on yet) share one function.
+    let mut seen: rustc_hash::FxHashMap<String, String> = rustc_hash::FxHashMap::default();
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
         for (vi, v) in k.variants.iter().enumerate() {
-            let name = format!("{}_v{vi}", k.name);
+            let mut name = format!("{}_v{vi}", k.name);
             let generated = !matches!(v.config.strategy, Strategy::Split { .. });
             let params = if generated {
-                let (text, params) = kernel_variant(p, &tera, k, v, &name, &mut errors);
-                source.push_str(&text);
+                let (text, params) = kernel_variant(p, &tera, k, v, ENTRY, &mut errors);
+                // Compared without the comments, which describe the variant.
+                let code: String = text
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                match seen.get(&code) {
+                    Some(first) => name = first.clone(),
+                    None => {
+                        seen.insert(code, name.clone());
+                        source.push_str(&text.replace(ENTRY, &name));
+                    }
+                }
                 params
             } else {
                 let _ = writeln!(
