@@ -64,10 +64,11 @@ __device__ __forceinline__ void gl_fail(int* error, int code) { atomicCAS(error,
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
-extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = (((int)512LL)*n);
+  const int gl_numel = gl_d5;
   const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
@@ -97,10 +98,11 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 1 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = (((int)512LL)*n);
+  const int gl_numel = gl_d5;
   const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
@@ -130,10 +132,11 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 16 elements, vector 8, int32 indices
-extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = (((int)512LL)*n);
+  const int gl_numel = gl_d5;
   const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
@@ -163,10 +166,11 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 2 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = (((int)512LL)*n);
+  const int gl_numel = gl_d5;
   const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {

@@ -54,6 +54,7 @@ pub struct Scope<'a> {
     pub errors: &'a mut Vec<String>,
     /// Names errors: the buffer and its graph nodes.
     pub what: String,
+    pub hoist: &'a mut super::hoist::Hoister,
 }
 
 impl Scope<'_> {
@@ -63,6 +64,7 @@ impl Scope<'_> {
             vars.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
         });
         let s = self.env.simplify(s);
+        let s = self.hoist.hoist(self.env, s);
         self.env.to_c(s, self.printer)
     }
 

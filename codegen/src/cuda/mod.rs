@@ -3,6 +3,7 @@
 //! (embedded in the binary). Dynamic sizes are `long long` parameters; static ones constants.
 
 mod body;
+mod hoist;
 
 use std::fmt::Write;
 
@@ -34,6 +35,12 @@ pub enum Param {
     },
     Symbol {
         name: String,
+    },
+    /// A size expression (no loop variable) the launcher evaluates: `expr` in the graph format's
+    /// syntax over the graph's symbols.
+    Derived {
+        name: String,
+        expr: String,
     },
     /// `int*` where the first data-dependent error code is written.
     Error,
@@ -97,13 +104,42 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
     // choice this generator does not act on yet) share one function.
     let mut seen: rustc_hash::FxHashMap<String, String> = rustc_hash::FxHashMap::default();
+    type Shape = (IndexType, i64, i64, i64, i64, i64);
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
+        let mut rendered: Vec<(Shape, (String, Vec<Param>))> = Vec::new();
+        let mut bodies: Vec<(IndexType, Bodies)> = Vec::new();
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
             let generated = !matches!(v.config.strategy, Strategy::Split { .. });
             let params = if generated {
-                let (text, params) = kernel_variant(p, &tera, k, v, ENTRY, &mut errors);
+                // Only these choices change the code; variants that agree on them are rendered once.
+                let c = &v.config;
+                let pointwise_vector = if k.inner.is_empty() { c.vector } else { 0 };
+                let shape = (
+                    c.index,
+                    c.threads,
+                    c.threads_per_row,
+                    c.lanes,
+                    c.elements_per_thread,
+                    pointwise_vector,
+                );
+                let (text, params) = match rendered.iter().find(|(s, _)| *s == shape) {
+                    Some((_, done)) => done.clone(),
+                    None => {
+                        let b = match bodies.iter().find(|(i, _)| *i == c.index) {
+                            Some((_, b)) => b.clone(),
+                            None => {
+                                let b = render_bodies(p, k, v, &mut errors);
+                                bodies.push((c.index, b.clone()));
+                                b
+                            }
+                        };
+                        let r = (render_variant(p, &tera, k, v, ENTRY, &b), b.params.clone());
+                        rendered.push((shape, r.clone()));
+                        r
+                    }
+                };
                 // Compared without the comments, which describe the variant.
                 let code: String = text
                     .lines()
@@ -161,31 +197,22 @@ fn local_symbols(p: &Program, k: &Kernel) -> FxHashSet<SymbolId> {
     out
 }
 
-struct Rendered {
-    text: String,
+/// A kernel's code for one index type: parameters, declarations, the bodies of its passes. The
+/// variants' launch shapes only change the template around them.
+#[derive(Clone)]
+struct Bodies {
+    params_c: Vec<String>,
     params: Vec<Param>,
+    decls: String,
+    pass_ctx: Vec<tera::Value>,
+    pointwise_body: String,
+    rows_c: String,
+    len_c: String,
+    row_decompose: String,
+    lin_decompose: String,
 }
 
-fn kernel_variant(
-    p: &mut Program,
-    tera: &Tera,
-    k: &Kernel,
-    v: &Variant,
-    entry: &str,
-    errors: &mut Vec<String>,
-) -> (String, Vec<Param>) {
-    let r = render_variant(p, tera, k, v, entry, errors);
-    (r.text, r.params)
-}
-
-fn render_variant(
-    p: &mut Program,
-    tera: &Tera,
-    k: &Kernel,
-    v: &Variant,
-    entry: &str,
-    errors: &mut Vec<String>,
-) -> Rendered {
+fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<String>) -> Bodies {
     let c = &v.config;
     let (idx, suffix) = match c.index {
         IndexType::I32 => ("int", "i32"),
@@ -200,10 +227,20 @@ fn render_variant(
 
     // Buffers: stored members are written; loads from outside the kernel, or of members stored
     // in an earlier pass, are read from memory.
+    let member_of: rustc_hash::FxHashMap<BufferId, usize> = k
+        .members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.buffer, i))
+        .collect();
     let mut buffers: Vec<(BufferId, bool)> = Vec::new();
-    let mut note = |b: BufferId, written: bool| match buffers.iter_mut().find(|x| x.0 == b) {
-        Some(x) => x.1 |= written,
-        None => buffers.push((b, written)),
+    let mut slot: rustc_hash::FxHashMap<BufferId, usize> = rustc_hash::FxHashMap::default();
+    let mut note = |b: BufferId, written: bool| match slot.get(&b) {
+        Some(&i) => buffers[i].1 |= written,
+        None => {
+            slot.insert(b, buffers.len());
+            buffers.push((b, written));
+        }
     };
     for m in &k.members {
         if m.stored.is_some() {
@@ -212,8 +249,7 @@ fn render_variant(
         if let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind {
             for (op, _) in &body.ops {
                 if let guardless_ir::loop_ir::Op::Load { buffer, .. } = op {
-                    let member = k.members.iter().find(|x| x.buffer == *buffer);
-                    let in_memory = match member {
+                    let in_memory = match member_of.get(buffer).map(|&i| &k.members[i]) {
                         None => true,
                         Some(x) => x.role == Role::Elementwise && x.pass < m.pass,
                     };
@@ -252,38 +288,31 @@ fn render_variant(
         exprs.push(l.offset);
     }
     let mut symbols: Vec<SymbolId> = Vec::new();
+    let mut known: FxHashSet<SymbolId> = FxHashSet::default();
+    let mut visited: FxHashSet<Expr> = FxHashSet::default();
     for e in exprs {
+        if !visited.insert(e) {
+            continue;
+        }
         for id in p.env.pool().free_symbols(e) {
-            if !locals.contains(&id) && !symbols.contains(&id) {
+            if !locals.contains(&id) && known.insert(id) {
                 symbols.push(id);
             }
         }
     }
     symbols.sort_by_key(|&id| p.env.symbol_name(id).to_string());
 
-    let mut params_c = Vec::new();
-    let mut params = Vec::new();
-    for &(b, written) in &buffers {
-        let t = storage_type(p.buffers[b.index()].dtype);
-        let q = if written { "" } else { "const " };
-        params_c.push(format!("{q}{t}* __restrict__ {}", pointer_name(p, b)));
-        params.push(Param::Buffer {
-            buffer: p.buffers[b.index()].name.clone(),
-            written,
-        });
-    }
-    let mut decls = String::new();
-    for &id in &symbols {
-        let n = p.env.symbol_name(id).to_string();
-        params_c.push(format!("long long gl_sym_{n}"));
-        params.push(Param::Symbol { name: n.clone() });
-        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
-    }
-    params_c.push("int* __restrict__ gl_error".into());
-    params.push(Param::Error);
-
-    let c_of = |p: &mut Program, e: Expr| p.env.to_c(e, &printer);
-    let decompose = |p: &mut Program, lin: &str, vars: &[Expr], sizes: &[Expr], indent: &str| {
+    let mut hoister = hoist::Hoister::new(locals.clone());
+    let c_of = |p: &mut Program, h: &mut hoist::Hoister, e: Expr| {
+        let e = h.hoist(&mut p.env, e);
+        p.env.to_c(e, &printer)
+    };
+    let decompose = |p: &mut Program,
+                     h: &mut hoist::Hoister,
+                     lin: &str,
+                     vars: &[Expr],
+                     sizes: &[Expr],
+                     indent: &str| {
         let mut out = String::new();
         if vars.is_empty() {
             return out;
@@ -294,7 +323,7 @@ fn render_variant(
             if j == 0 {
                 let _ = writeln!(out, "{indent}const {idx} {name} = gl_rest_{lin};");
             } else {
-                let size = c_of(p, sizes[j]);
+                let size = c_of(p, h, sizes[j]);
                 let _ = writeln!(
                     out,
                     "{indent}const {idx} {name} = gl_rest_{lin} % ({size}); gl_rest_{lin} /= ({size});"
@@ -324,8 +353,6 @@ fn render_variant(
         .collect();
     let mut pass_ctx: Vec<tera::Value> = Vec::new();
     let mut pointwise_body = String::new();
-    let smem_bytes =
-        (c.threads / c.threads_per_row.max(1)).max(1) * (c.threads_per_row / 32).max(1) * 16;
     for pass in 0..passes {
         let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
         for (mi, m) in k.members.iter().enumerate() {
@@ -337,7 +364,7 @@ fn render_variant(
                 continue;
             }
             let read = |b: BufferId| -> Read {
-                match k.members.iter().find(|x| x.buffer == b) {
+                match member_of.get(&b).map(|&i| &k.members[i]) {
                     Some(x) if x.role != Role::Elementwise => Read::Register(row_name(b)),
                     Some(x) if x.pass == pass => Read::Register(val_name(b)),
                     _ => Read::Memory(pointers[b.index()].clone()),
@@ -358,6 +385,7 @@ fn render_variant(
                 vars: &member_vars[mi],
                 errors,
                 what,
+                hoist: &mut hoister,
             };
             let prefix = format!("m{}_", m.buffer.0);
             let (stmts, result) = body::render(body, &prefix, &mut sc, indent);
@@ -367,6 +395,7 @@ fn render_variant(
                     vars.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
                 });
                 let at = sc.env.simplify(at);
+                let at = sc.hoist.hoist(sc.env, at);
                 format!(
                     "gl_st({}, (long long)({}), {value});",
                     pointer_name_of(&buf.name),
@@ -482,13 +511,80 @@ fn render_variant(
         pc.insert("init".into(), init.into());
         pc.insert(
             "decompose".into(),
-            decompose(p, "gl_r", inner_vars, &k.inner, "        ").into(),
+            decompose(p, &mut hoister, "gl_r", inner_vars, &k.inner, "        ").into(),
         );
         pc.insert("body".into(), body_text.into());
         pc.insert("finish".into(), finish.into());
         pass_ctx.push(tera::Value::Object(pc));
     }
 
+    let rows_c = c_of(p, &mut hoister, k.rows);
+    let len_c = c_of(p, &mut hoister, k.row_len);
+    let row_decompose = decompose(p, &mut hoister, "gl_row", outer_vars, &k.outer, "  ");
+    let lin_decompose = decompose(p, &mut hoister, "gl_lin", outer_vars, &k.outer, "        ");
+    let mut params_c = Vec::new();
+    let mut params = Vec::new();
+    for &(b, written) in &buffers {
+        let t = storage_type(p.buffers[b.index()].dtype);
+        let q = if written { "" } else { "const " };
+        params_c.push(format!("{q}{t}* __restrict__ {}", pointer_name(p, b)));
+        params.push(Param::Buffer {
+            buffer: p.buffers[b.index()].name.clone(),
+            written,
+        });
+    }
+    let mut decls = String::new();
+    for &id in &symbols {
+        let n = p.env.symbol_name(id).to_string();
+        params_c.push(format!("long long gl_sym_{n}"));
+        params.push(Param::Symbol { name: n.clone() });
+        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
+    }
+    for &(id, e) in &hoister.derived {
+        let n = p.env.symbol_name(id).to_string();
+        params_c.push(format!("long long gl_sym_{n}"));
+        params.push(Param::Derived {
+            name: n.clone(),
+            expr: p.env.text(e),
+        });
+        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
+    }
+    params_c.push("int* __restrict__ gl_error".into());
+    params.push(Param::Error);
+    Bodies {
+        params_c,
+        params,
+        decls,
+        pass_ctx,
+        pointwise_body,
+        rows_c,
+        len_c,
+        row_decompose,
+        lin_decompose,
+    }
+}
+
+/// One variant: the kernel's bodies in the template of its launch shape.
+fn render_variant(
+    p: &Program,
+    tera: &Tera,
+    k: &Kernel,
+    v: &Variant,
+    entry: &str,
+    b: &Bodies,
+) -> String {
+    let c = &v.config;
+    let idx = match c.index {
+        IndexType::I32 => "int",
+        IndexType::I64 => "long long",
+    };
+    let reduction = !k.inner.is_empty();
+    let lpt = (c.lanes / c.threads_per_row.max(1)).max(1);
+    let smem_bytes =
+        (c.threads / c.threads_per_row.max(1)).max(1) * (c.threads_per_row / 32).max(1) * 16;
+    let (params_c, decls, rows_c, len_c) = (&b.params_c, &b.decls, &b.rows_c, &b.len_c);
+    let (row_decompose, lin_decompose) = (&b.row_decompose, &b.lin_decompose);
+    let (pass_ctx, pointwise_body) = (&b.pass_ctx, &b.pointwise_body);
     let mut ctx = Context::new();
     ctx.insert("name", &k.name);
     ctx.insert("entry", entry);
@@ -507,36 +603,27 @@ fn render_variant(
         ctx.insert("strategy", strategy);
         ctx.insert("rows_text", &p.env.text(k.rows));
         ctx.insert("len_text", &p.env.text(k.row_len));
-        ctx.insert("rows", &c_of(p, k.rows));
-        ctx.insert("len", &c_of(p, k.row_len));
+        ctx.insert("rows", &rows_c);
+        ctx.insert("len", &len_c);
         ctx.insert("tpr", &c.threads_per_row);
         ctx.insert("lanes", &c.lanes);
         ctx.insert("lpt", &lpt);
         ctx.insert("rows_per_block", &(c.threads / c.threads_per_row).max(1));
         ctx.insert("smem_bytes", &smem_bytes);
-        ctx.insert(
-            "decompose_row",
-            &decompose(p, "gl_row", outer_vars, &k.outer, "  "),
-        );
+        ctx.insert("decompose_row", &row_decompose);
         ctx.insert("passes", &pass_ctx);
         tera.render("reduction.cu", &ctx)
     } else {
         ctx.insert("numel_text", &p.env.text(k.rows));
-        ctx.insert("numel", &c_of(p, k.rows));
+        ctx.insert("numel", &rows_c);
         ctx.insert("ept", &c.elements_per_thread);
         ctx.insert("chunks", &(c.elements_per_thread / c.vector).max(1));
-        ctx.insert(
-            "decompose",
-            &decompose(p, "gl_lin", outer_vars, &k.outer, "        "),
-        );
+        ctx.insert("decompose", &lin_decompose);
         ctx.insert("body", &pointwise_body);
         tera.render("pointwise.cu", &ctx)
     }
     .unwrap_or_else(|e| panic!("kernel template: {e:?}"));
-    Rendered {
-        text: text + "\n",
-        params,
-    }
+    text + "\n"
 }
 
 fn pointer_name_of(buffer_name: &str) -> String {

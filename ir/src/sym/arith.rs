@@ -408,6 +408,13 @@ impl ExprPool {
         self.substitute_memo(e, map, &mut memo)
     }
 
+    /// `e` with every occurrence of a key of `map` (a whole subexpression) replaced by its value,
+    /// rebuilt in canonical form.
+    pub fn replace(&mut self, e: Expr, map: &rustc_hash::FxHashMap<Expr, Expr>) -> Expr {
+        let mut memo = map.clone();
+        self.substitute_memo(e, &|_| None, &mut memo)
+    }
+
     fn substitute_memo(
         &mut self,
         e: Expr,

@@ -1,5 +1,5 @@
-//! Prints the schedule of the unbind/split/flip/cat benchmark graph at a given number of
-//! iterations (default 1): `cargo run --release --example compile_split_flip_cat -- 2`.
+//! Times lowering, scheduling and CUDA generation of the unbind/split/flip/cat benchmark graph:
+//! `cargo run --release --example generate_split_flip_cat -- 40`.
 
 #[path = "../benches/graph_gen/split_flip_cat.rs"]
 mod split_flip_cat;
@@ -8,7 +8,7 @@ fn main() {
     let iterations = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(1);
+        .unwrap_or(40);
     let text = split_flip_cat::split_flip_cat(iterations);
     let g = guardless::ir::graph::Graph::from_json(&text).expect("reads");
     let t = std::time::Instant::now();
@@ -16,9 +16,12 @@ fn main() {
     let lowered = t.elapsed();
     let s = guardless::codegen::schedule::schedule(&mut p);
     let scheduled = t.elapsed() - lowered;
-    print!("{}", s.to_text(&p));
-    eprintln!(
-        "lower {lowered:?}, schedule {scheduled:?}, {} buffers",
-        p.buffers.len()
+    let m = guardless::codegen::cuda::generate(&mut p, &s);
+    let generated = t.elapsed() - lowered - scheduled;
+    println!(
+        "lower {lowered:?}, schedule {scheduled:?}, generate {generated:?}: {} kernels, {} functions, {} bytes",
+        s.kernels.len(),
+        m.source.matches("__global__").count(),
+        m.source.len()
     );
 }
