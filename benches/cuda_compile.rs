@@ -40,6 +40,7 @@ fn cuda_compile(c: &mut Criterion) {
                         .len()
                 })
             });
+            // The same with NVRTC's `--minimal` (≥ 12.4), for comparison.
             let mut minimal = options.clone();
             minimal.push("--minimal".into());
             group.bench_function("decoder_layer_cold_minimal", |b| {

@@ -75,7 +75,8 @@ pub fn cuda_include() -> Result<PathBuf, NvrtcError> {
         .ok_or(NvrtcError::NoHeaders)
 }
 
-/// The options for `arch` (e.g. `sm_90`).
+/// The options for `arch` (e.g. `sm_90`). Not `--minimal`: it made no difference beyond the
+/// run-to-run noise on the decoder layer (docs/benchmarks.md).
 pub fn options(arch: &str, include: &std::path::Path) -> Vec<String> {
     vec![
         format!("--gpu-architecture={arch}"),
