@@ -6,6 +6,29 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const {{ idx }} gl_first = (({{ idx }})blockIdx.x * {{ threads }} + threadIdx.x) * {{ vector }};
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < {{ chunks }}; ++gl_chunk) {
+{%- if vectorized %}
+    // A chunk of {{ vector }} elements is all in range or all out, and lies in one row.
+    const {{ idx }} gl_lin0 = gl_first + ({{ idx }})gl_chunk * {{ threads }} * {{ vector }};
+    if (gl_lin0 < gl_numel) {
+{{ vector_decls }}
+      {
+        const {{ idx }} gl_lin = gl_lin0;
+{{ decompose }}
+{{ vector_loads }}
+      }
+#pragma unroll
+      for (int gl_l = 0; gl_l < {{ vector }}; ++gl_l) {
+        const {{ idx }} gl_lin = gl_lin0 + gl_l;
+{{ decompose }}
+{{ body }}
+      }
+      {
+        const {{ idx }} gl_lin = gl_lin0;
+{{ decompose }}
+{{ vector_stores }}
+      }
+    }
+{%- else %}
 #pragma unroll
     for (int gl_l = 0; gl_l < {{ vector }}; ++gl_l) {
       const {{ idx }} gl_lin = gl_first + ({{ idx }})gl_chunk * {{ threads }} * {{ vector }} + gl_l;
@@ -14,5 +37,6 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ body }}
       }
     }
+{%- endif %}
   }
 }

@@ -72,24 +72,49 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
   const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
-#pragma unroll
-    for (int gl_l = 0; gl_l < 8; ++gl_l) {
-      const int gl_lin = gl_first + (int)gl_chunk * 128 * 8 + gl_l;
-      if (gl_lin < gl_numel) {
+    // A chunk of 8 elements is all in range or all out, and lies in one row.
+    const int gl_lin0 = gl_first + (int)gl_chunk * 128 * 8;
+    if (gl_lin0 < gl_numel) {
+      uint4 gl_v1_0[1];
+      uint4 gl_v1_4[1];
+      uint4 gl_s1[1];
+
+      {
+        const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
         const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
         const int k0 = gl_rest_gl_lin;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1)))[w];
+        for (int w = 0; w < 1; ++w) gl_v1_4[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))))[w];
+
+      }
+#pragma unroll
+      for (int gl_l = 0; gl_l < 8; ++gl_l) {
+        const int gl_lin = gl_lin0 + gl_l;
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_0), gl_l);
         const float m1_1 = ((float)m1_0);
         const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
         const float m1_3 = (m1_1 * m1_2);
-        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_4 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_4), gl_l);
         const float m1_5 = ((float)m1_4);
         const float m1_6 = (m1_3 * m1_5);
         const float m1_7 = gl_round_bf16((float)m1_6);
         const float m1_val = m1_7;
-        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+        gl_st(reinterpret_cast<__nv_bfloat16*>(gl_s1), gl_l, ((float)m1_7));
+
+      }
+      {
+        const int gl_lin = gl_lin0;
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*k0 + k1)))[w] = gl_s1[w];
 
       }
     }
@@ -98,11 +123,11 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 1 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d6, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int gl_d6 = (int)gl_sym_gl_d6;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = gl_d6;
   const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
@@ -140,24 +165,49 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
   const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
-#pragma unroll
-    for (int gl_l = 0; gl_l < 8; ++gl_l) {
-      const int gl_lin = gl_first + (int)gl_chunk * 256 * 8 + gl_l;
-      if (gl_lin < gl_numel) {
+    // A chunk of 8 elements is all in range or all out, and lies in one row.
+    const int gl_lin0 = gl_first + (int)gl_chunk * 256 * 8;
+    if (gl_lin0 < gl_numel) {
+      uint4 gl_v1_0[1];
+      uint4 gl_v1_4[1];
+      uint4 gl_s1[1];
+
+      {
+        const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
         const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
         const int k0 = gl_rest_gl_lin;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1)))[w];
+        for (int w = 0; w < 1; ++w) gl_v1_4[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))))[w];
+
+      }
+#pragma unroll
+      for (int gl_l = 0; gl_l < 8; ++gl_l) {
+        const int gl_lin = gl_lin0 + gl_l;
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        const float m1_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_0), gl_l);
         const float m1_1 = ((float)m1_0);
         const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
         const float m1_3 = (m1_1 * m1_2);
-        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_4 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_4), gl_l);
         const float m1_5 = ((float)m1_4);
         const float m1_6 = (m1_3 * m1_5);
         const float m1_7 = gl_round_bf16((float)m1_6);
         const float m1_val = m1_7;
-        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+        gl_st(reinterpret_cast<__nv_bfloat16*>(gl_s1), gl_l, ((float)m1_7));
+
+      }
+      {
+        const int gl_lin = gl_lin0;
+        int gl_rest_gl_lin = gl_lin;
+        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int k0 = gl_rest_gl_lin;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*k0 + k1)))[w] = gl_s1[w];
 
       }
     }
@@ -166,11 +216,11 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 2 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d6, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int gl_d6 = (int)gl_sym_gl_d6;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = gl_d6;
   const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {

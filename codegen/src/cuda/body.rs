@@ -55,6 +55,8 @@ pub struct Scope<'a> {
     /// Names errors: the buffer and its graph nodes.
     pub what: String,
     pub hoist: &'a mut super::hoist::Hoister,
+    /// Loads (by op index) already done as a 16-byte vector: what to read instead.
+    pub vector_loads: &'a rustc_hash::FxHashMap<usize, String>,
 }
 
 impl Scope<'_> {
@@ -143,6 +145,7 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
             None => e,
         };
         let rhs = match op {
+            Op::Load { .. } if sc.vector_loads.contains_key(&i) => sc.vector_loads[&i].clone(),
             Op::Load {
                 buffer,
                 index,

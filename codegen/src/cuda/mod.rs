@@ -108,7 +108,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
         let mut rendered: Vec<(Shape, (String, Vec<Param>))> = Vec::new();
-        let mut bodies: Vec<(IndexType, Bodies)> = Vec::new();
+        let mut bodies: Vec<((IndexType, i64), Bodies)> = Vec::new();
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
             let generated = !matches!(v.config.strategy, Strategy::Split { .. });
@@ -127,11 +127,12 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 let (text, params) = match rendered.iter().find(|(s, _)| *s == shape) {
                     Some((_, done)) => done.clone(),
                     None => {
-                        let b = match bodies.iter().find(|(i, _)| *i == c.index) {
+                        let key = (c.index, pointwise_vector);
+                        let b = match bodies.iter().find(|(i, _)| *i == key) {
                             Some((_, b)) => b.clone(),
                             None => {
                                 let b = render_bodies(p, k, v, &mut errors);
-                                bodies.push((c.index, b.clone()));
+                                bodies.push((key, b.clone()));
                                 b
                             }
                         };
@@ -206,6 +207,11 @@ struct Bodies {
     decls: String,
     pass_ctx: Vec<tera::Value>,
     pointwise_body: String,
+    /// Pointwise vector variants: register arrays, the 16-byte loads at the start of a chunk and
+    /// the 16-byte stores at its end.
+    vector_decls: String,
+    vector_loads: String,
+    vector_stores: String,
     rows_c: String,
     len_c: String,
     row_decompose: String,
@@ -353,6 +359,13 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         .collect();
     let mut pass_ctx: Vec<tera::Value> = Vec::new();
     let mut pointwise_body = String::new();
+    // 16-byte accesses: in a pointwise vector variant, a thread's chunk of `vector` elements lies
+    // in one row, starts at a multiple of `vector` and every access contiguous in the innermost
+    // variable starts aligned (the variant's predicate), so such loads and stores move whole chunks.
+    let vectorize = !reduction && c.vector > 1;
+    let innermost = k.vars.last().copied();
+    let (mut vector_decls, mut vector_loads, mut vector_stores) =
+        (String::new(), String::new(), String::new());
     for pass in 0..passes {
         let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
         for (mi, m) in k.members.iter().enumerate() {
@@ -377,6 +390,74 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                 _ if reduction => "        ",
                 _ => "        ",
             };
+            // Which loads of this member move as vectors, and what each element reads instead.
+            let mut vloads: rustc_hash::FxHashMap<usize, String> = rustc_hash::FxHashMap::default();
+            if let (true, Some(v)) = (vectorize, innermost) {
+                for (i, &(op, _)) in body.ops.iter().enumerate() {
+                    let guardless_ir::loop_ir::Op::Load {
+                        buffer,
+                        index,
+                        mask: None,
+                    } = op
+                    else {
+                        continue;
+                    };
+                    if !matches!(read(buffer), Read::Memory(_)) {
+                        continue;
+                    }
+                    let dt = p.buffers[buffer.index()].dtype;
+                    let Some(at) = contiguous(
+                        p,
+                        &mut hoister,
+                        &member_vars[mi],
+                        index,
+                        v,
+                        c.vector,
+                        dt.size(),
+                    ) else {
+                        continue;
+                    };
+                    let name = format!("gl_v{}_{i}", m.buffer.0);
+                    let words = c.vector * dt.size() as i64 / 16;
+                    let t = storage_type(dt);
+                    let ptr = &pointers[buffer.index()];
+                    let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
+                    let at = p.env.to_c(at, &printer);
+                    let _ = writeln!(
+                        vector_loads,
+                        "        for (int w = 0; w < {words}; ++w) {name}[w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[w];"
+                    );
+                    vloads.insert(
+                        i,
+                        format!("gl_ld(reinterpret_cast<const {t}*>({name}), gl_l)"),
+                    );
+                }
+            }
+            // A stored elementwise member moves as a vector when its own index is contiguous.
+            let vstore = match (vectorize, innermost, m.role, m.stored) {
+                (true, Some(v), Role::Elementwise, Some(_)) => contiguous(
+                    p,
+                    &mut hoister,
+                    &member_vars[mi],
+                    store_index,
+                    v,
+                    c.vector,
+                    buf.dtype.size(),
+                )
+                .map(|at| {
+                    let name = format!("gl_s{}", m.buffer.0);
+                    let words = c.vector * buf.dtype.size() as i64 / 16;
+                    let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
+                    let at = p.env.to_c(at, &printer);
+                    let ptr = &pointers[m.buffer.index()];
+                    let _ = writeln!(
+                        vector_stores,
+                        "        for (int w = 0; w < {words}; ++w) reinterpret_cast<uint4*>({ptr} + (long long)({at}))[w] = {name}[w];"
+                    );
+                    format!("reinterpret_cast<{}*>({name})", storage_type(buf.dtype))
+                }),
+                _ => None,
+            };
             let mut sc = Scope {
                 env: &mut p.env,
                 printer: &printer,
@@ -386,6 +467,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                 errors,
                 what,
                 hoist: &mut hoister,
+                vector_loads: &vloads,
             };
             let prefix = format!("m{}_", m.buffer.0);
             let (stmts, result) = body::render(body, &prefix, &mut sc, indent);
@@ -413,7 +495,10 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                             body.dtype(body.result.expect("result")),
                             buf.dtype,
                         );
-                        let st = store(&mut sc, &cast);
+                        let st = match &vstore {
+                            Some(staged) => format!("gl_st({staged}, gl_l, {cast});"),
+                            None => store(&mut sc, &cast),
+                        };
                         let _ = writeln!(t, "{indent}{st}");
                     }
                     if reduction {
@@ -557,6 +642,9 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         decls,
         pass_ctx,
         pointwise_body,
+        vector_decls,
+        vector_loads,
+        vector_stores,
         rows_c,
         len_c,
         row_decompose,
@@ -620,10 +708,46 @@ fn render_variant(
         ctx.insert("chunks", &(c.elements_per_thread / c.vector).max(1));
         ctx.insert("decompose", &lin_decompose);
         ctx.insert("body", &pointwise_body);
+        ctx.insert("vectorized", &(c.vector > 1));
+        ctx.insert("vector_decls", &b.vector_decls);
+        ctx.insert("vector_loads", &b.vector_loads);
+        ctx.insert("vector_stores", &b.vector_stores);
         tera.render("pointwise.cu", &ctx)
     }
     .unwrap_or_else(|e| panic!("kernel template: {e:?}"));
     text + "\n"
+}
+
+/// The index of `e` at the start of a chunk (in the kernel's variables) when `e` is contiguous in
+/// the innermost variable `v` and a chunk of `vector` elements of `size` bytes is whole 16-byte
+/// words; `None` otherwise.
+fn contiguous(
+    p: &mut Program,
+    h: &mut hoist::Hoister,
+    vars: &[(SymbolId, Expr)],
+    e: Expr,
+    v: Expr,
+    vector: i64,
+    size: usize,
+) -> Option<Expr> {
+    if (vector * size as i64) % 16 != 0 {
+        return None;
+    }
+    let env = &mut p.env;
+    let s = env.pool_mut().substitute(e, &|id| {
+        vars.iter().find(|(k, _)| *k == id).map(|(_, x)| *x)
+    });
+    let s = env.simplify(s);
+    let vid = env.pool().as_symbol(v)?;
+    let zero = env.pool_mut().zero();
+    let base = env
+        .pool_mut()
+        .substitute(s, &|id| (id == vid).then_some(zero));
+    let diff = env.pool_mut().sub(s, base);
+    if env.simplify(diff) != v {
+        return None;
+    }
+    Some(h.hoist(env, s))
 }
 
 fn pointer_name_of(buffer_name: &str) -> String {
