@@ -14,6 +14,28 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   // pass {{ loop.index0 }}
 {{ pass.init }}
   for ({{ idx }} gl_c = ({{ idx }})gl_tid * {{ lpt }}; gl_c < gl_len; gl_c += {{ lanes }}) {
+{%- if pass.vectorized %}
+    // The thread's {{ lpt }} lanes are whole 16-byte words of the row (the variant's predicate).
+{{ pass.vector_decls }}
+    if (gl_active) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.vector_loads }}
+    }
+{{ pass.unroll }}
+    for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
+      const {{ idx }} gl_r = gl_c + gl_l;
+      if (gl_active) {
+{{ pass.decompose }}
+{{ pass.body }}
+      }
+    }
+    if (gl_active) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.vector_stores }}
+    }
+{%- else %}
 {{ pass.unroll }}
     for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
       const {{ idx }} gl_r = gl_c + gl_l;
@@ -22,6 +44,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ pass.body }}
       }
     }
+{%- endif %}
   }
 {{ pass.finish }}
 {% endfor %}

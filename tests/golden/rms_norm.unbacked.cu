@@ -84,6 +84,140 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
   for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+    // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
+        const float m2_1 = ((float)m2_0);
+        const float m2_2 = (m2_1 * m2_1);
+        m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 8; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 8; l += 2 * s) { m2_acc[l] = (m2_acc[l] + m2_acc[l + s]); }
+    float v = m2_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 128) * 4;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 4 ? sv[base + gl_tid] : ((float)0);
+      for (int o = 1; o < 4; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m2_acc[0] = v;
+  }
+  const float m2_row = m2_acc[0];
+
+
+  // pass 1
+
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+    // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
+      uint4 gl_v3_2[1];
+      uint4 gl_s3[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
+        for (int w = 0; w < 1; ++w) gl_v3_2[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
+        const float m3_1 = ((float)m3_0);
+        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_2), gl_l);
+        const float m3_3 = ((float)m3_2);
+        const float m3_4 = m2_row;
+        const float m3_5 = __int_as_float(0x45800000);
+        const float m3_6 = (m3_4 / m3_5);
+        const float m3_7 = __int_as_float(0x358637bd);
+        const float m3_8 = (m3_6 + m3_7);
+        const float m3_9 = rsqrtf(m3_8);
+        const float m3_10 = (m3_3 * m3_9);
+        const float m3_11 = (m3_1 * m3_10);
+        const float m3_12 = gl_round_bf16((float)m3_11);
+        const float m3_val = m3_12;
+        gl_st(reinterpret_cast<__nv_bfloat16*>(gl_s3), gl_l, ((float)m3_12));
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*k0 + k1)))[w] = gl_s3[w];
+
+    }
+  }
+
+
+}
+
+// reduction_ms_out_0: ms, out
+// persistent reduction: n rows × 4096; 128 threads, 128 per row, 1024 lanes (8 per thread), vector 1, int32 indices
+// Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
+extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_rows = n;
+  const int gl_len = ((int)4096LL);
+  const int gl_tid = threadIdx.x % 128;
+  const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 128;
+  const bool gl_active = gl_row < gl_rows;
+  __shared__ char gl_smem_raw[64];
+  int gl_rest_gl_row = gl_row;
+  const int k0 = gl_rest_gl_row;
+
+
+  // pass 0
+  float m2_acc[8];
+#pragma unroll
+  for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
+
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -160,6 +294,140 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
 // persistent reduction: n rows × 4096; 256 threads, 128 per row, 1024 lanes (8 per thread), vector 8, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_rows = n;
+  const int gl_len = ((int)4096LL);
+  const int gl_tid = threadIdx.x % 128;
+  const int gl_row = (int)blockIdx.x * 2 + threadIdx.x / 128;
+  const bool gl_active = gl_row < gl_rows;
+  __shared__ char gl_smem_raw[128];
+  int gl_rest_gl_row = gl_row;
+  const int k0 = gl_rest_gl_row;
+
+
+  // pass 0
+  float m2_acc[8];
+#pragma unroll
+  for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
+
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+    // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
+        const float m2_1 = ((float)m2_0);
+        const float m2_2 = (m2_1 * m2_1);
+        m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 8; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 8; l += 2 * s) { m2_acc[l] = (m2_acc[l] + m2_acc[l + s]); }
+    float v = m2_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 128) * 4;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 4 ? sv[base + gl_tid] : ((float)0);
+      for (int o = 1; o < 4; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m2_acc[0] = v;
+  }
+  const float m2_row = m2_acc[0];
+
+
+  // pass 1
+
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+    // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
+      uint4 gl_v3_2[1];
+      uint4 gl_s3[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
+        for (int w = 0; w < 1; ++w) gl_v3_2[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 8; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
+        const float m3_1 = ((float)m3_0);
+        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_2), gl_l);
+        const float m3_3 = ((float)m3_2);
+        const float m3_4 = m2_row;
+        const float m3_5 = __int_as_float(0x45800000);
+        const float m3_6 = (m3_4 / m3_5);
+        const float m3_7 = __int_as_float(0x358637bd);
+        const float m3_8 = (m3_6 + m3_7);
+        const float m3_9 = rsqrtf(m3_8);
+        const float m3_10 = (m3_3 * m3_9);
+        const float m3_11 = (m3_1 * m3_10);
+        const float m3_12 = gl_round_bf16((float)m3_11);
+        const float m3_val = m3_12;
+        gl_st(reinterpret_cast<__nv_bfloat16*>(gl_s3), gl_l, ((float)m3_12));
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*k0 + k1)))[w] = gl_s3[w];
+
+    }
+  }
+
+
+}
+
+// reduction_ms_out_0: ms, out
+// persistent reduction: n rows × 4096; 256 threads, 128 per row, 1024 lanes (8 per thread), vector 1, int32 indices
+// Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
+extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
 
   const int gl_rows = n;

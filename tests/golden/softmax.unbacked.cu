@@ -84,6 +84,193 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
   for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v1_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 4; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 4; l += 2 * s) { m1_acc[l] = gl_max(m1_acc[l], m1_acc[l + s]); }
+    float v = m1_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = gl_max(v, w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 64) * 2;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 2 ? sv[base + gl_tid] : (-__int_as_float(0x7f800000));
+      for (int o = 1; o < 2; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = gl_max(v, w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m1_acc[0] = v;
+  }
+  const float m1_row = m1_acc[0];
+
+
+  // pass 1
+  float m2_acc[4];
+#pragma unroll
+  for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
+        const float m2_1 = m1_row;
+        const float m2_2 = (m2_0 - m2_1);
+        const float m2_3 = expf(m2_2);
+        m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 4; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 4; l += 2 * s) { m2_acc[l] = (m2_acc[l] + m2_acc[l + s]); }
+    float v = m2_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 64) * 2;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 2 ? sv[base + gl_tid] : ((float)0);
+      for (int o = 1; o < 2; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m2_acc[0] = v;
+  }
+  const float m2_row = m2_acc[0];
+
+
+  // pass 2
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
+      uint4 gl_s3[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
+        const float m3_1 = m1_row;
+        const float m3_2 = (m3_0 - m3_1);
+        const float m3_3 = expf(m3_2);
+        const float m3_4 = m2_row;
+        const float m3_5 = (m3_3 / m3_4);
+        const float m3_val = m3_5;
+        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_5));
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*k0 + k1)))[w] = gl_s3[w];
+
+    }
+  }
+
+
+}
+
+// reduction_out_0: out
+// persistent reduction: n rows × 1000; 64 threads, 64 per row, 256 lanes (4 per thread), vector 1, int32 indices
+// Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
+extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_rows = n;
+  const int gl_len = ((int)1000LL);
+  const int gl_tid = threadIdx.x % 64;
+  const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 64;
+  const bool gl_active = gl_row < gl_rows;
+  __shared__ char gl_smem_raw[32];
+  int gl_rest_gl_row = gl_row;
+  const int k0 = gl_rest_gl_row;
+
+
+  // pass 0
+  float m1_acc[4];
+#pragma unroll
+  for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -197,6 +384,193 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 // persistent reduction: n rows × 1000; 256 threads, 64 per row, 256 lanes (4 per thread), vector 4, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
+  const int n = (int)gl_sym_n;
+
+  const int gl_rows = n;
+  const int gl_len = ((int)1000LL);
+  const int gl_tid = threadIdx.x % 64;
+  const int gl_row = (int)blockIdx.x * 4 + threadIdx.x / 64;
+  const bool gl_active = gl_row < gl_rows;
+  __shared__ char gl_smem_raw[128];
+  int gl_rest_gl_row = gl_row;
+  const int k0 = gl_rest_gl_row;
+
+
+  // pass 0
+  float m1_acc[4];
+#pragma unroll
+  for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v1_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 4; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 4; l += 2 * s) { m1_acc[l] = gl_max(m1_acc[l], m1_acc[l + s]); }
+    float v = m1_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = gl_max(v, w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 64) * 2;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 2 ? sv[base + gl_tid] : (-__int_as_float(0x7f800000));
+      for (int o = 1; o < 2; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = gl_max(v, w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m1_acc[0] = v;
+  }
+  const float m1_row = m1_acc[0];
+
+
+  // pass 1
+  float m2_acc[4];
+#pragma unroll
+  for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
+        const float m2_1 = m1_row;
+        const float m2_2 = (m2_0 - m2_1);
+        const float m2_3 = expf(m2_2);
+        m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
+    }
+  }
+  {
+#pragma unroll
+    for (int s = 1; s < 4; s <<= 1)
+#pragma unroll
+      for (int l = 0; l + s < 4; l += 2 * s) { m2_acc[l] = (m2_acc[l] + m2_acc[l + s]); }
+    float v = m2_acc[0];
+    for (int o = 1; o < 32; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+    float* sv = (float*)gl_smem_raw;
+    const int base = (threadIdx.x / 64) * 2;
+    if ((gl_tid & 31) == 0) { sv[base + gl_tid / 32] = v; }
+    __syncthreads();
+    if (gl_tid < 32) {
+      v = gl_tid < 2 ? sv[base + gl_tid] : ((float)0);
+      for (int o = 1; o < 2; o <<= 1) { float w = __shfl_down_sync(0xffffffffu, v, o); v = (v + w); }
+      if (gl_tid == 0) { sv[base] = v; }
+    }
+    __syncthreads();
+    v = sv[base];
+    __syncthreads();
+    m2_acc[0] = v;
+  }
+  const float m2_row = m2_acc[0];
+
+
+  // pass 2
+
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
+      uint4 gl_s3[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
+        const float m3_1 = m1_row;
+        const float m3_2 = (m3_0 - m3_1);
+        const float m3_3 = expf(m3_2);
+        const float m3_4 = m2_row;
+        const float m3_5 = (m3_3 / m3_4);
+        const float m3_val = m3_5;
+        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_5));
+
+      }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*k0 + k1)))[w] = gl_s3[w];
+
+    }
+  }
+
+
+}
+
+// reduction_out_0: out
+// persistent reduction: n rows × 1000; 256 threads, 64 per row, 256 lanes (4 per thread), vector 1, int32 indices
+// Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
+extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
 
   const int gl_rows = n;

@@ -115,7 +115,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
             let params = if generated {
                 // Only these choices change the code; variants that agree on them are rendered once.
                 let c = &v.config;
-                let pointwise_vector = if k.inner.is_empty() { c.vector } else { 0 };
+                let pointwise_vector = c.vector;
                 let shape = (
                     c.index,
                     c.threads,
@@ -362,7 +362,10 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
     // 16-byte accesses: in a pointwise vector variant, a thread's chunk of `vector` elements lies
     // in one row, starts at a multiple of `vector` and every access contiguous in the innermost
     // variable starts aligned (the variant's predicate), so such loads and stores move whole chunks.
-    let vectorize = !reduction && c.vector > 1;
+    // In a reduction, the chunk is a thread's lanes of one pass step (`lpt` consecutive elements
+    // of the row; the vector predicate makes the row length a multiple of it).
+    let vectorize = c.vector > 1;
+    let chunk = if reduction { lpt } else { c.vector };
     let innermost = k.vars.last().copied();
     let (mut vector_decls, mut vector_loads, mut vector_stores) =
         (String::new(), String::new(), String::new());
@@ -412,13 +415,13 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                         &member_vars[mi],
                         index,
                         v,
-                        c.vector,
+                        chunk,
                         dt.size(),
                     ) else {
                         continue;
                     };
                     let name = format!("gl_v{}_{i}", m.buffer.0);
-                    let words = c.vector * dt.size() as i64 / 16;
+                    let words = chunk * dt.size() as i64 / 16;
                     let t = storage_type(dt);
                     let ptr = &pointers[buffer.index()];
                     let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
@@ -441,12 +444,12 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                     &member_vars[mi],
                     store_index,
                     v,
-                    c.vector,
+                    chunk,
                     buf.dtype.size(),
                 )
                 .map(|at| {
                     let name = format!("gl_s{}", m.buffer.0);
-                    let words = c.vector * buf.dtype.size() as i64 / 16;
+                    let words = chunk * buf.dtype.size() as i64 / 16;
                     let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
                     let at = p.env.to_c(at, &printer);
                     let ptr = &pointers[m.buffer.index()];
@@ -592,7 +595,29 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         } else {
             "#pragma unroll 1"
         };
+        // Staged vector registers are indexed by lane: the loop must unroll.
+        let vectorized_pass = reduction && !(vector_loads.is_empty() && vector_stores.is_empty());
+        let unroll = if vectorized_pass {
+            "#pragma unroll"
+        } else {
+            unroll
+        };
         pc.insert("unroll".into(), unroll.into());
+        pc.insert("vectorized".into(), vectorized_pass.into());
+        if reduction {
+            pc.insert(
+                "vector_decls".into(),
+                std::mem::take(&mut vector_decls).into(),
+            );
+            pc.insert(
+                "vector_loads".into(),
+                std::mem::take(&mut vector_loads).into(),
+            );
+            pc.insert(
+                "vector_stores".into(),
+                std::mem::take(&mut vector_stores).into(),
+            );
+        }
         pc.insert("init".into(), init.into());
         pc.insert(
             "decompose".into(),
