@@ -93,6 +93,15 @@ fn out_dir_holds_the_compiled_artifact() {
     let cu = std::fs::read_to_string(dir.join("kernels.cu")).unwrap();
     assert!(cu.contains("extern \"C\" __global__"));
     assert!(dir.join("schedule.txt").exists() && dir.join("manifest.json").exists());
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("kernels.json")).unwrap()).unwrap();
+    let entries = index["entries"].as_array().unwrap();
+    assert!(!entries.is_empty());
+    // Every generated entry names a function defined in the source.
+    for e in entries.iter().filter(|e| e["generated"] == true) {
+        let name = e["name"].as_str().unwrap();
+        assert!(cu.contains(&format!(" {name}(")), "{name}");
+    }
     if with_ptx {
         let ptx = std::fs::read_to_string(dir.join("kernels.ptx")).unwrap();
         assert!(ptx.contains(".version 9.0"), "PTX version");

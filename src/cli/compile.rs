@@ -1,9 +1,10 @@
 //! `guardless compile GRAPH --emit schedule,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]`:
 //! the scheduler's decisions as text, the launch manifest (JSON), the generated CUDA C, and the
 //! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
-//! (`schedule.txt`, `manifest.json`, `kernels.cu`, `kernels.ptx`, `kernels.cubin`,
-//! `compile.log`); without, the one requested product is printed. NVRTC results go through the disk
-//! cache (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
+//! (`schedule.txt`, `manifest.json`, `kernels.cu` with `kernels.json` — each variant's function,
+//! parameters and error messages —, `kernels.ptx`, `kernels.cubin`, `compile.log`); without, the
+//! one requested product is printed. NVRTC results go through the disk cache
+//! (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +47,14 @@ pub fn run(
         let module = generate(&mut program, &s);
         if wanted.contains(&"cuda") {
             files.push(("kernels.cu", module.source.clone().into_bytes()));
+            // What the launcher needs beside the manifest: the function of each variant, its
+            // parameters (derived sizes with their expressions), and the error messages by code.
+            let index = serde_json::json!({
+                "entries": module.entries,
+                "errors": module.errors,
+            });
+            let index = serde_json::to_string_pretty(&index).map_err(|e| e.to_string())?;
+            files.push(("kernels.json", index.into_bytes()));
         }
         if wanted.contains(&"ptx") {
             // Through the disk cache: an unchanged graph compiles once per machine.
