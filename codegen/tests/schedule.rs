@@ -262,3 +262,31 @@ fn misaligned_reads_are_not_fused() {
         ));
     }
 }
+
+/// `x[n, 4] + y[m, 4]`: a backed `m` at hint 1 broadcasts `y` behind the guard `m == 1`, and only
+/// then do the schedules differ; at hint 7 both builds read `y` row by row and agree.
+#[test]
+fn a_backed_build_specializes_only_behind_a_guard() {
+    let text = |kind: &str, h: i64| {
+        let m = if kind == "backed" {
+            format!(r#"{{"name": "m", "kind": "backed", "hint": {h}, "max": 4096}}"#)
+        } else {
+            format!(r#"{{"name": "m", "kind": "unbacked", "optimization_hint": {h}, "max": 4096}}"#)
+        };
+        format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "bcast",
+                "symbols": [{{"name": "n", "kind": "unbacked", "max": 4096, "optimization_hint": 64}}, {m}],
+                "inputs": [{{"name": "x", "dtype": "f32", "shape": ["n", 4]}}, {{"name": "y", "dtype": "f32", "shape": ["m", 4]}}],
+                "nodes": [{{"name": "out", "op": "aten.add.Tensor", "args": {{"self": {{"tensor": "x"}}, "other": {{"tensor": "y"}}}}}}],
+                "outputs": [{{"tensor": "out"}}]}}"#
+        )
+    };
+    let (b1, g1) = schedule_text(&text("backed", 1));
+    let (u1, _) = schedule_text(&text("unbacked", 1));
+    assert!(g1 > 0, "the backed build specializes behind a guard");
+    assert_ne!(b1, u1);
+    let (b7, g7) = schedule_text(&text("backed", 7));
+    let (u7, _) = schedule_text(&text("unbacked", 7));
+    assert!(g7 > 0, "m != 1 is guarded too");
+    assert_eq!(b7, u7);
+}

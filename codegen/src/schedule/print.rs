@@ -168,9 +168,8 @@ impl Schedule {
             env.text(m.peak),
             m.peak_at_hints
         );
-        for a in env.runtime_asserts() {
-            let _ = writeln!(out, "assert {}", env.text(*a));
-        }
+        // Runtime asserts are the program's (the manifest lists them): where a backed build guards,
+        // an unbacked one asserts the same condition, and the schedules must not differ for it.
         for g in env.guards() {
             let _ = writeln!(out, "guard {}", env.text(g.cond));
         }
