@@ -1,7 +1,9 @@
 // guardless: device helpers shared by every kernel of a graph. f16/bf16 are stored as such and
 // computed in f32; integer floor division and modulo follow Python (helpers below).
+#ifndef GUARDLESS_EMULATION
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#endif
 
 {{ helpers_i32 }}
 {{ helpers_i64 }}

@@ -1,7 +1,9 @@
 // guardless: device helpers shared by every kernel of a graph. f16/bf16 are stored as such and
 // computed in f32; integer floor division and modulo follow Python (helpers below).
+#ifndef GUARDLESS_EMULATION
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#endif
 
 __device__ __forceinline__ int gl_floordiv_i32(int a, int b) { int q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ int gl_ceildiv_i32(int a, int b) { int q = a / b; return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q; }

@@ -1,0 +1,101 @@
+// A CPU emulation of the CUDA features the generated kernels use, so that tests can run them
+// without a GPU: one OS thread per CUDA thread, one block at a time; __syncthreads is a block
+// barrier, warp shuffles exchange through per-warp slots between two warp barriers; f16/bf16 are
+// bit-exact round-to-nearest-even conversions.
+#pragma once
+#define GUARDLESS_EMULATION 1
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static
+
+struct GlDim { unsigned x, y, z; };
+inline thread_local GlDim threadIdx, blockIdx;
+
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+
+struct GlWarp {
+  std::barrier<> bar{32};
+  uint64_t slots[32];
+};
+inline thread_local std::barrier<>* gl_block_barrier;
+inline thread_local GlWarp* gl_warp;
+
+inline void __syncthreads() { gl_block_barrier->arrive_and_wait(); }
+
+template <class T> T gl_exchange(T v, int src) {
+  const int lane = threadIdx.x % 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  gl_warp->slots[lane] = bits;
+  gl_warp->bar.arrive_and_wait();
+  const uint64_t got = gl_warp->slots[(src >= 0 && src < 32) ? src : lane];
+  gl_warp->bar.arrive_and_wait();
+  T r;
+  std::memcpy(&r, &got, sizeof(T));
+  return r;
+}
+template <class T> T __shfl_down_sync(unsigned, T v, int offset) {
+  const int lane = threadIdx.x % 32;
+  return gl_exchange(v, lane + offset < 32 ? lane + offset : lane);
+}
+template <class T> T __shfl_sync(unsigned, T v, int src) { return gl_exchange(v, src); }
+
+inline int atomicCAS(int* p, int compare, int value) {
+  __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
+
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+
+struct __nv_bfloat16 { uint16_t x; };
+inline float __bfloat162float(__nv_bfloat16 h) {
+  uint32_t b = uint32_t(h.x) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return {uint16_t((b >> 16) | 0x40)};
+  return {uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16)};
+}
+struct __half { uint16_t x; };
+inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return float(f); }
+inline __half __float2half_rn(float f) { _Float16 h = _Float16(f); __half r; std::memcpy(&r.x, &h, 2); return r; }
+
+// Runs `grid` blocks of `block` threads of `kernel`, one block after the other.
+template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
+  for (unsigned b = 0; b < grid; ++b) {
+    std::barrier<> bar(block);
+    std::vector<std::unique_ptr<GlWarp>> warps;
+    for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<GlWarp>());
+    std::vector<std::thread> threads;
+    threads.reserve(block);
+    for (unsigned t = 0; t < block; ++t) {
+      threads.emplace_back([&, t] {
+        threadIdx = {t, 0, 0};
+        blockIdx = {b, 0, 0};
+        gl_block_barrier = &bar;
+        gl_warp = warps[t / 32].get();
+        kernel();
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+}
