@@ -10,10 +10,19 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[{{ smem_bytes }}];
 {{ decompose_row }}
+{{ persistent_decls }}
 {% for pass in passes %}
   // pass {{ loop.index0 }}
 {{ pass.init }}
+{%- if pass.persistent %}
+  // Persistent: at most {{ pass.steps }} steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < {{ pass.steps }}; ++gl_j) {
+    const {{ idx }} gl_c = ({{ idx }})gl_tid * {{ lpt }} + ({{ idx }})gl_j * {{ lanes }};
+    if (gl_c >= gl_len) break;
+{%- else %}
   for ({{ idx }} gl_c = ({{ idx }})gl_tid * {{ lpt }}; gl_c < gl_len; gl_c += {{ lanes }}) {
+{%- endif %}
 {%- if pass.vectorized %}
     // The thread's {{ lpt }} lanes are whole 16-byte words of the row (the variant's predicate).
 {{ pass.vector_decls }}

@@ -79,13 +79,19 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][8];
+
 
   // pass 0
   float m2_acc[8];
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v2_0[1];
 
@@ -107,6 +113,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
+        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -145,10 +152,13 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
 
   // pass 1
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v3_0[1];
-      uint4 gl_v3_2[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -157,7 +167,6 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
         const int k1 = gl_rest_gl_r;
 
         for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
-        for (int w = 0; w < 1; ++w) gl_v3_2[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -169,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
 
         const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_2), gl_l);
+        const float m3_2 = gl_c0[gl_j][gl_l];
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -213,13 +222,19 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][8];
+
 
   // pass 0
   float m2_acc[8];
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -230,6 +245,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
         const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
+        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -261,8 +277,12 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 
   // pass 1
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
-#pragma unroll 1
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
+#pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
@@ -271,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 
         const float m3_0 = gl_ld(p_w, (long long)(k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m3_2 = gl_c0[gl_j][gl_l];
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -307,13 +327,19 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][8];
+
 
   // pass 0
   float m2_acc[8];
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v2_0[1];
 
@@ -335,6 +361,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
+        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -373,10 +400,13 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
 
   // pass 1
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v3_0[1];
-      uint4 gl_v3_2[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -385,7 +415,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
         const int k1 = gl_rest_gl_r;
 
         for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
-        for (int w = 0; w < 1; ++w) gl_v3_2[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -397,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
 
         const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_2), gl_l);
+        const float m3_2 = gl_c0[gl_j][gl_l];
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -441,13 +470,19 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][8];
+
 
   // pass 0
   float m2_acc[8];
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -458,6 +493,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
         const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
+        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -489,8 +525,12 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
 
   // pass 1
 
-  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
-#pragma unroll 1
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
+    if (gl_c >= gl_len) break;
+#pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
@@ -499,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
 
         const float m3_0 = gl_ld(p_w, (long long)(k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m3_2 = gl_c0[gl_j][gl_l];
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);

@@ -14,7 +14,7 @@ use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tera::{Context, Tera};
 
-use crate::schedule::config::{member_map, IndexType, Strategy, Variant};
+use crate::schedule::config::{member_map, persistent_limit, IndexType, Strategy, Variant};
 use crate::schedule::{Kernel, Role, Schedule};
 use body::{compute_type, identity, storage_type, Read, Scope};
 
@@ -108,7 +108,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
         let mut rendered: Vec<(Shape, (String, Vec<Param>))> = Vec::new();
-        let mut bodies: Vec<((IndexType, i64), Bodies)> = Vec::new();
+        let mut bodies: Vec<((IndexType, i64, bool), Bodies)> = Vec::new();
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
             let generated = !matches!(v.config.strategy, Strategy::Split { .. });
@@ -127,7 +127,11 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 let (text, params) = match rendered.iter().find(|(s, _)| *s == shape) {
                     Some((_, done)) => done.clone(),
                     None => {
-                        let key = (c.index, pointwise_vector);
+                        let key = (
+                            c.index,
+                            pointwise_vector,
+                            c.strategy == Strategy::Persistent,
+                        );
                         let b = match bodies.iter().find(|(i, _)| *i == key) {
                             Some((_, b)) => b.clone(),
                             None => {
@@ -212,6 +216,8 @@ struct Bodies {
     vector_decls: String,
     vector_loads: String,
     vector_stores: String,
+    /// Persistent reductions: the register arrays holding the row.
+    persistent_decls: String,
     rows_c: String,
     len_c: String,
     row_decompose: String,
@@ -369,6 +375,68 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
     let innermost = k.vars.last().copied();
     let (mut vector_decls, mut vector_loads, mut vector_stores) =
         (String::new(), String::new(), String::new());
+    // A persistent variant keeps the row in registers: each thread's share of an input read in
+    // several passes is loaded once (first pass) into `gl_cN[chunk][lane]` and read from there
+    // after. A thread handles at most `steps` chunks of `lpt` elements (the row bound).
+    let persistent = reduction && c.strategy == Strategy::Persistent;
+    let steps = if persistent {
+        let bound = p
+            .env
+            .bound(k.row_len)
+            .hi
+            .min(persistent_limit(c.threads_per_row) as i128);
+        ((bound.max(1) as i64) + c.lanes - 1) / c.lanes.max(1)
+    } else {
+        0
+    };
+    let load_key = |p: &mut Program, mi: usize, index: Expr| {
+        let vars = &member_vars[mi];
+        let e = p.env.pool_mut().substitute(index, &|id| {
+            vars.iter().find(|(k, _)| *k == id).map(|(_, x)| *x)
+        });
+        p.env.simplify(e)
+    };
+    // (buffer, index) → (first pass, passes reading it, cache name, compute type).
+    let mut cached: Vec<((BufferId, Expr), usize, Vec<usize>, String, &'static str)> = Vec::new();
+    if persistent {
+        for (mi, m) in k.members.iter().enumerate() {
+            let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind.clone()
+            else {
+                continue;
+            };
+            for &(op, d) in &body.ops {
+                let guardless_ir::loop_ir::Op::Load {
+                    buffer,
+                    index,
+                    mask: None,
+                } = op
+                else {
+                    continue;
+                };
+                if member_of.contains_key(&buffer) {
+                    continue;
+                }
+                let key = (buffer, load_key(p, mi, index));
+                match cached.iter_mut().find(|x| x.0 == key) {
+                    Some(x) => {
+                        x.1 = x.1.min(m.pass);
+                        if !x.2.contains(&m.pass) {
+                            x.2.push(m.pass);
+                        }
+                    }
+                    None => {
+                        let name = format!("gl_c{}", cached.len());
+                        cached.push((key, m.pass, vec![m.pass], name, compute_type(d)));
+                    }
+                }
+            }
+        }
+        cached.retain(|x| x.2.len() > 1);
+    }
+    let mut persistent_decls = String::new();
+    for (_, _, _, name, t) in &cached {
+        let _ = writeln!(persistent_decls, "  {t} {name}[{steps}][{lpt}];");
+    }
     for pass in 0..passes {
         let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
         for (mi, m) in k.members.iter().enumerate() {
@@ -395,6 +463,30 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
             };
             // Which loads of this member move as vectors, and what each element reads instead.
             let mut vloads: rustc_hash::FxHashMap<usize, String> = rustc_hash::FxHashMap::default();
+            // Persistent: loads cached in an earlier pass are register reads; the first pass
+            // stores what it loads.
+            let mut cache_stores = String::new();
+            if persistent {
+                for (i, &(op, _)) in body.ops.iter().enumerate() {
+                    let guardless_ir::loop_ir::Op::Load {
+                        buffer,
+                        index,
+                        mask: None,
+                    } = op
+                    else {
+                        continue;
+                    };
+                    let key = (buffer, load_key(p, mi, index));
+                    if let Some(x) = cached.iter().find(|x| x.0 == key) {
+                        let slot = format!("{}[gl_j][gl_l]", x.3);
+                        if x.1 == pass {
+                            let _ = writeln!(cache_stores, "{indent}{slot} = m{}_{i};", m.buffer.0);
+                        } else {
+                            vloads.insert(i, slot);
+                        }
+                    }
+                }
+            }
             if let (true, Some(v)) = (vectorize, innermost) {
                 for (i, &(op, _)) in body.ops.iter().enumerate() {
                     let guardless_ir::loop_ir::Op::Load {
@@ -405,6 +497,9 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                     else {
                         continue;
                     };
+                    if vloads.contains_key(&i) {
+                        continue;
+                    }
                     if !matches!(read(buffer), Read::Memory(_)) {
                         continue;
                     }
@@ -473,7 +568,8 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                 vector_loads: &vloads,
             };
             let prefix = format!("m{}_", m.buffer.0);
-            let (stmts, result) = body::render(body, &prefix, &mut sc, indent);
+            let (mut stmts, result) = body::render(body, &prefix, &mut sc, indent);
+            stmts.push_str(&cache_stores);
             let store = |sc: &mut Scope, value: &str| -> String {
                 let vars = sc.vars;
                 let at = sc.env.pool_mut().substitute(store_index, &|id| {
@@ -597,13 +693,16 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         };
         // Staged vector registers are indexed by lane: the loop must unroll.
         let vectorized_pass = reduction && !(vector_loads.is_empty() && vector_stores.is_empty());
-        let unroll = if vectorized_pass {
+        // So are the row's registers of a persistent variant (indexed by step and lane).
+        let unroll = if vectorized_pass || persistent {
             "#pragma unroll"
         } else {
             unroll
         };
         pc.insert("unroll".into(), unroll.into());
         pc.insert("vectorized".into(), vectorized_pass.into());
+        pc.insert("persistent".into(), persistent.into());
+        pc.insert("steps".into(), steps.into());
         if reduction {
             pc.insert(
                 "vector_decls".into(),
@@ -670,6 +769,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         vector_decls,
         vector_loads,
         vector_stores,
+        persistent_decls,
         rows_c,
         len_c,
         row_decompose,
@@ -725,6 +825,7 @@ fn render_variant(
         ctx.insert("smem_bytes", &smem_bytes);
         ctx.insert("decompose_row", &row_decompose);
         ctx.insert("passes", &pass_ctx);
+        ctx.insert("persistent_decls", &b.persistent_decls);
         tera.render("reduction.cu", &ctx)
     } else {
         ctx.insert("numel_text", &p.env.text(k.rows));

@@ -14,8 +14,15 @@ use rustc_hash::FxHashSet;
 use super::deps::loads;
 use super::{Kernel, Role};
 
-/// Rows of at most this many elements are kept in registers (persistent reduction).
+/// Rows of at most this many elements are kept in registers (persistent reduction)…
 pub const PERSISTENT_MAX: i64 = 8192;
+/// …as long as each thread holds at most this many of a row's elements per cached input.
+pub const PERSISTENT_PER_THREAD: i64 = 32;
+
+/// The longest row a persistent variant with `threads_per_row` threads holds in registers.
+pub fn persistent_limit(threads_per_row: i64) -> i64 {
+    PERSISTENT_MAX.min(threads_per_row * PERSISTENT_PER_THREAD)
+}
 /// Streaming multiprocessors of the target (H100/H200).
 pub const SMS: i64 = 132;
 /// Row counts the variants are tuned for, besides the hint.
@@ -387,16 +394,17 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         reasons.push(format!(
             "lanes: {lanes}, the reduction order of every variant"
         ));
-        let max = env.pool_mut().constant(PERSISTENT_MAX);
+        let limit = persistent_limit(tpr);
+        let max = env.pool_mut().constant(limit);
         let fits = env.pool_mut().le(row_len, max);
-        let strategies: Vec<(Strategy, Vec<Expr>)> = if len_r.hi <= PERSISTENT_MAX as i128 {
+        let strategies: Vec<(Strategy, Vec<Expr>)> = if len_r.hi <= limit as i128 {
             reasons.push(format!(
-                "strategy: persistent, proved: row length {len_t} ≤ {PERSISTENT_MAX} for all sizes in range"
+                "strategy: persistent, proved: row length {len_t} ≤ {limit} (≤ {PERSISTENT_PER_THREAD} per thread) for all sizes in range"
             ));
             vec![(Strategy::Persistent, vec![])]
-        } else if len_h <= PERSISTENT_MAX {
+        } else if len_h <= limit {
             reasons.push(format!(
-                "strategy: persistent when {len_t} ≤ {PERSISTENT_MAX} at launch (hint {len_h}), looped otherwise"
+                "strategy: persistent when {len_t} ≤ {limit} at launch (hint {len_h}), looped otherwise"
             ));
             vec![
                 (Strategy::Persistent, vec![fits]),
@@ -418,7 +426,7 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
             ]
         } else {
             reasons.push(format!(
-                "strategy: looped (hint: row length {len_h} > {PERSISTENT_MAX})"
+                "strategy: looped (hint: row length {len_h} > {limit})"
             ));
             vec![(Strategy::Looped, vec![])]
         };
