@@ -202,6 +202,17 @@ fn local_symbols(p: &Program, k: &Kernel) -> FxHashSet<SymbolId> {
     out
 }
 
+/// An input of a persistent reduction read in several passes, kept in registers.
+struct CachedLoad {
+    /// The buffer and the index (in the kernel's variables).
+    key: (BufferId, Expr),
+    /// The pass that loads it; the others read `name[step][lane]`.
+    first_pass: usize,
+    passes: Vec<usize>,
+    name: String,
+    ty: &'static str,
+}
+
 /// A kernel's code for one index type: parameters, declarations, the bodies of its passes. The
 /// variants' launch shapes only change the template around them.
 #[derive(Clone)]
@@ -396,8 +407,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         });
         p.env.simplify(e)
     };
-    // (buffer, index) → (first pass, passes reading it, cache name, compute type).
-    let mut cached: Vec<((BufferId, Expr), usize, Vec<usize>, String, &'static str)> = Vec::new();
+    let mut cached: Vec<CachedLoad> = Vec::new();
     if persistent {
         for (mi, m) in k.members.iter().enumerate() {
             let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind.clone()
@@ -417,25 +427,28 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                     continue;
                 }
                 let key = (buffer, load_key(p, mi, index));
-                match cached.iter_mut().find(|x| x.0 == key) {
+                match cached.iter_mut().find(|x| x.key == key) {
                     Some(x) => {
-                        x.1 = x.1.min(m.pass);
-                        if !x.2.contains(&m.pass) {
-                            x.2.push(m.pass);
+                        x.first_pass = x.first_pass.min(m.pass);
+                        if !x.passes.contains(&m.pass) {
+                            x.passes.push(m.pass);
                         }
                     }
-                    None => {
-                        let name = format!("gl_c{}", cached.len());
-                        cached.push((key, m.pass, vec![m.pass], name, compute_type(d)));
-                    }
+                    None => cached.push(CachedLoad {
+                        key,
+                        first_pass: m.pass,
+                        passes: vec![m.pass],
+                        name: format!("gl_c{}", cached.len()),
+                        ty: compute_type(d),
+                    }),
                 }
             }
         }
-        cached.retain(|x| x.2.len() > 1);
+        cached.retain(|x| x.passes.len() > 1);
     }
     let mut persistent_decls = String::new();
-    for (_, _, _, name, t) in &cached {
-        let _ = writeln!(persistent_decls, "  {t} {name}[{steps}][{lpt}];");
+    for x in &cached {
+        let _ = writeln!(persistent_decls, "  {} {}[{steps}][{lpt}];", x.ty, x.name);
     }
     for pass in 0..passes {
         let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
@@ -477,9 +490,9 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                         continue;
                     };
                     let key = (buffer, load_key(p, mi, index));
-                    if let Some(x) = cached.iter().find(|x| x.0 == key) {
-                        let slot = format!("{}[gl_j][gl_l]", x.3);
-                        if x.1 == pass {
+                    if let Some(x) = cached.iter().find(|x| x.key == key) {
+                        let slot = format!("{}[gl_j][gl_l]", x.name);
+                        if x.first_pass == pass {
                             let _ = writeln!(cache_stores, "{indent}{slot} = m{}_{i};", m.buffer.0);
                         } else {
                             vloads.insert(i, slot);
