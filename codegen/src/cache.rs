@@ -126,6 +126,24 @@ impl Cache {
         std::fs::rename(&tmp, self.path(key))
     }
 
+    /// Compiles translation units in parallel (one thread each), through the cache.
+    pub fn compile_units(
+        &self,
+        units: &[String],
+        arch: &str,
+    ) -> Result<Vec<(Compiled, bool)>, NvrtcError> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = units
+                .iter()
+                .map(|u| s.spawn(move || self.compile(u, arch)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an NVRTC thread panicked"))
+                .collect()
+        })
+    }
+
     /// Compiles `source` for `arch`, or loads the result of an identical earlier compilation.
     /// Returns it and whether it came from the cache.
     pub fn compile(&self, source: &str, arch: &str) -> Result<(Compiled, bool), NvrtcError> {

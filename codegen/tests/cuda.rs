@@ -75,7 +75,12 @@ fn every_kernel_compiles_for_sm90_without_spills() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut compiled = 0;
     for name in example_names() {
-        for (kind, h) in [("unbacked", 1), ("backed", 37), ("unbacked", 4100)] {
+        for (kind, h) in [
+            ("unbacked", 1),
+            ("backed", 37),
+            ("unbacked", 4096),
+            ("backed", 4100),
+        ] {
             let what = format!("{name} {kind} hint {h}");
             let m = cuda_of(&with_hint(&name, kind, h));
             let c = nvrtc::compile(&m.source, "kernels.cu", &options)

@@ -35,18 +35,18 @@ pub fn run(
     let mut program =
         guardless_ir::lower::lower(&graph).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = schedule(&mut program);
-    let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     if wanted.contains(&"schedule") {
-        files.push(("schedule.txt", s.to_text(&program).into_bytes()));
+        files.push(("schedule.txt".to_string(), s.to_text(&program).into_bytes()));
     }
     if wanted.contains(&"manifest") {
         let m = serde_json::to_string_pretty(&s.manifest(&program)).map_err(|e| e.to_string())?;
-        files.push(("manifest.json", m.into_bytes()));
+        files.push(("manifest.json".to_string(), m.into_bytes()));
     }
     if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
         let module = generate(&mut program, &s);
         if wanted.contains(&"cuda") {
-            files.push(("kernels.cu", module.source.clone().into_bytes()));
+            files.push(("kernels.cu".to_string(), module.source.clone().into_bytes()));
             // What the launcher needs beside the manifest: the function of each variant, its
             // parameters (derived sizes with their expressions), and the error messages by code.
             let index = serde_json::json!({
@@ -54,17 +54,29 @@ pub fn run(
                 "errors": module.errors,
             });
             let index = serde_json::to_string_pretty(&index).map_err(|e| e.to_string())?;
-            files.push(("kernels.json", index.into_bytes()));
+            files.push(("kernels.json".to_string(), index.into_bytes()));
         }
         if wanted.contains(&"ptx") {
             // Through the disk cache: an unchanged graph compiles once per machine.
+            // Translation units compile in parallel; unit i is kernels.i.{ptx,cubin} when there
+            // are several.
             let cache = Cache::new(cache::default_dir());
-            let (c, _) = cache
-                .compile(&module.source, arch)
+            let compiled = cache
+                .compile_units(&module.units, arch)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            files.push(("kernels.ptx", c.ptx.into_bytes()));
-            files.push(("kernels.cubin", c.cubin));
-            files.push(("compile.log", c.log.into_bytes()));
+            let several = compiled.len() > 1;
+            for (i, (c, _)) in compiled.into_iter().enumerate() {
+                let name = |ext: &str| -> String {
+                    if several {
+                        format!("kernels.{i}.{ext}")
+                    } else {
+                        format!("kernels.{ext}")
+                    }
+                };
+                files.push((name("ptx"), c.ptx.into_bytes()));
+                files.push((name("cubin"), c.cubin));
+                files.push((name("log"), c.log.into_bytes()));
+            }
         }
     }
     match out_dir {
@@ -76,7 +88,7 @@ pub fn run(
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let mut written = Vec::new();
             for (name, bytes) in files {
-                let f = dir.join(name);
+                let f = dir.join(&name);
                 std::fs::write(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
                 written.push(f.display().to_string());
             }

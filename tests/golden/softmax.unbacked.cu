@@ -79,7 +79,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][4];
 
 
   // pass 0
@@ -87,11 +86,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v1_0[1];
 
@@ -111,7 +106,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -153,25 +147,39 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
-#pragma unroll
-    for (int gl_l = 0; gl_l < 4; ++gl_l) {
-      const int gl_r = gl_c + gl_l;
-      if (gl_active && gl_r < gl_len) {
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
 
       }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
     }
   }
   {
@@ -200,12 +208,9 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 
   // pass 2
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -213,6 +218,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -222,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
@@ -261,7 +267,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][4];
 
 
   // pass 0
@@ -269,11 +274,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -282,7 +283,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -317,11 +317,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -329,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        const float m2_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -364,19 +360,15 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 
   // pass 2
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
-#pragma unroll
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+#pragma unroll 1
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
@@ -407,7 +399,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][4];
 
 
   // pass 0
@@ -415,11 +406,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v1_0[1];
 
@@ -439,7 +426,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -481,25 +467,39 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
-#pragma unroll
-    for (int gl_l = 0; gl_l < 4; ++gl_l) {
-      const int gl_r = gl_c + gl_l;
-      if (gl_active && gl_r < gl_len) {
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v2_0[1];
+
+    if (gl_active) {
+      const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+
+    }
+#pragma unroll
+    for (int gl_l = 0; gl_l < 4; ++gl_l) {
+      const int gl_r = gl_c + gl_l;
+      if (gl_active) {
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
 
       }
+    }
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int k1 = gl_rest_gl_r;
+
+
     }
   }
   {
@@ -528,12 +528,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 
   // pass 2
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -541,6 +538,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
+        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -550,7 +548,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
@@ -589,7 +587,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][4];
 
 
   // pass 0
@@ -597,11 +594,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -610,7 +603,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -645,11 +637,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -657,7 +645,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        const float m2_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -692,19 +680,15 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 
   // pass 2
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
-    if (gl_c >= gl_len) break;
-#pragma unroll
+  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+#pragma unroll 1
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);

@@ -51,6 +51,8 @@ pub struct Entry {
     pub kernel: usize,
     pub variant: usize,
     pub name: String,
+    /// The translation unit (and so the CUBIN) holding the function.
+    pub unit: usize,
     pub params: Vec<Param>,
     /// The function to launch (variants with identical code share the first one's).
     /// `generated == false`: this variant has no generated code yet (a split reduction); the launcher skips it
@@ -60,7 +62,11 @@ pub struct Entry {
 
 #[derive(Clone, Debug)]
 pub struct CudaModule {
+    /// The whole translation unit: the header, then every function.
     pub source: String,
+    /// The same functions split into translation units of about equal size (each with the
+    /// header) that NVRTC compiles in parallel; `Entry::unit` says where each function is.
+    pub units: Vec<String>,
     pub entries: Vec<Entry>,
     /// Error code `k` (from 1) is `errors[k - 1]`.
     pub errors: Vec<String>,
@@ -96,9 +102,11 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     let mut ctx = Context::new();
     ctx.insert("helpers_i32", &CPrinter::cuda("int", "i32").helpers());
     ctx.insert("helpers_i64", &CPrinter::cuda("long long", "i64").helpers());
-    let mut source = tera
+    let header = tera
         .render("common.cuh", &ctx)
         .expect("the common header renders");
+    let mut source = header.clone();
+    let mut functions: Vec<(String, String)> = Vec::new();
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
@@ -155,7 +163,9 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                     Some(first) => name = first.clone(),
                     None => {
                         seen.insert(code, name.clone());
-                        source.push_str(&text.replace(ENTRY, &name));
+                        let f = text.replace(ENTRY, &name);
+                        source.push_str(&f);
+                        functions.push((name.clone(), f));
                     }
                 }
                 params
@@ -169,14 +179,45 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
             entries.push(Entry {
                 kernel: ki,
                 variant: vi,
+                unit: 0,
                 name,
                 params,
                 generated,
             });
         }
     }
+    // Balanced by size, largest first, into as many units as there are cores (a small module
+    // stays one unit: the header costs ~0.1 s per unit).
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |c| c.get())
+        .min(8);
+    let total: usize = functions.iter().map(|f| f.1.len()).sum();
+    let count = if total < 64 * 1024 {
+        1
+    } else {
+        cores.min(functions.len()).max(1)
+    };
+    let mut order: Vec<usize> = (0..functions.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(functions[i].1.len()));
+    let mut sizes = vec![0usize; count];
+    let mut unit_of: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
+    for i in order {
+        let u = (0..count)
+            .min_by_key(|&u| sizes[u])
+            .expect("at least one unit");
+        sizes[u] += functions[i].1.len();
+        unit_of.insert(functions[i].0.clone(), u);
+    }
+    let mut units = vec![header; count];
+    for (name, f) in &functions {
+        units[unit_of[name]].push_str(f);
+    }
+    for e in entries.iter_mut() {
+        e.unit = unit_of.get(&e.name).copied().unwrap_or(0);
+    }
     CudaModule {
         source,
+        units,
         entries,
         errors,
     }
@@ -200,6 +241,33 @@ fn local_symbols(p: &Program, k: &Kernel) -> FxHashSet<SymbolId> {
         }
     }
     out
+}
+
+/// Whether `body` divides floats that change from element to element (the division depends on a
+/// load of memory or of an elementwise value): a division of a row value by a constant (RMSNorm's
+/// mean) is loop-invariant and hoisted by the compiler.
+fn divides_per_element(
+    body: &guardless_ir::loop_ir::Body,
+    row_value: &dyn Fn(BufferId) -> bool,
+) -> bool {
+    use guardless_ir::loop_ir::{BinaryOp, Op};
+    let mut varies = vec![false; body.ops.len()];
+    for (i, &(op, d)) in body.ops.iter().enumerate() {
+        let mut any = false;
+        op.for_each_operand(|v| any |= varies[v.0 as usize]);
+        varies[i] = match op {
+            Op::Load { buffer, .. } => !row_value(buffer) || any,
+            Op::Index(..) | Op::Bind { .. } => true,
+            Op::Constant(_) => false,
+            _ => any,
+        };
+        if let Op::Binary(BinaryOp::Div, _, _) = op {
+            if d.is_float() && varies[i] {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// An input of a persistent reduction read in several passes, kept in registers.
@@ -389,7 +457,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
     // A persistent variant keeps the row in registers: each thread's share of an input read in
     // several passes is loaded once (first pass) into `gl_cN[chunk][lane]` and read from there
     // after. A thread handles at most `steps` chunks of `lpt` elements (the row bound).
-    let persistent = reduction && c.strategy == Strategy::Persistent;
+    let mut persistent = reduction && c.strategy == Strategy::Persistent;
     let steps = if persistent {
         let bound = p
             .env
@@ -445,6 +513,38 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
             }
         }
         cached.retain(|x| x.passes.len() > 1);
+        // An IEEE float division is a subroutine call whose spills fail the compile once the
+        // row's steps are unrolled around it; such kernels re-read the row instead (for now).
+        let divides = k
+            .members
+            .iter()
+            .any(|m| match &p.buffers[m.buffer.index()].kind {
+                BufferKind::Computed { body, .. } => divides_per_element(body, &|b| {
+                    member_of
+                        .get(&b)
+                        .is_some_and(|&i| k.members[i].role != Role::Elementwise)
+                }),
+                _ => false,
+            });
+        if divides {
+            cached.clear();
+        }
+        // Within the register file: a block of `threads` gets 65536 / threads registers per
+        // thread (at most 255); the row may take half of them. What does not fit is re-read.
+        let registers = (65536 / c.threads.max(1)).min(255);
+        let budget = (registers / 2 - 16).max(0);
+        let mut used = 0;
+        cached.retain(|_| {
+            let fits = used + steps * lpt <= budget;
+            if fits {
+                used += steps * lpt;
+            }
+            fits
+        });
+    }
+    // Nothing kept in registers: the looped code is the persistent variant's code.
+    if cached.is_empty() {
+        persistent = false;
     }
     let mut persistent_decls = String::new();
     for x in &cached {
