@@ -3,7 +3,8 @@
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const {{ idx }} gl_numel = {{ numel }};
-  const {{ idx }} gl_first = (({{ idx }})blockIdx.x * {{ threads }} + threadIdx.x) * {{ vector }};
+  // A block covers {{ threads }} × {{ ept }} elements; a thread's chunks are {{ threads }} × {{ vector }} apart.
+  const {{ idx }} gl_first = ({{ idx }})blockIdx.x * ({{ threads }} * {{ ept }}) + ({{ idx }})threadIdx.x * {{ vector }};
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < {{ chunks }}; ++gl_chunk) {
 {%- if vectorized %}

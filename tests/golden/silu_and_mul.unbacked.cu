@@ -71,7 +71,8 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
   const int gl_d5 = (int)gl_sym_gl_d5;
 
   const int gl_numel = gl_d5;
-  const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 8;
+  // A block covers 128 × 8 elements; a thread's chunks are 128 × 8 apart.
+  const int gl_first = (int)blockIdx.x * (128 * 8) + (int)threadIdx.x * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
     // A chunk of 8 elements is all in range or all out, and lies in one row.
@@ -130,7 +131,8 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat
   const int gl_d6 = (int)gl_sym_gl_d6;
 
   const int gl_numel = gl_d6;
-  const int gl_first = ((int)blockIdx.x * 128 + threadIdx.x) * 1;
+  // A block covers 128 × 1 elements; a thread's chunks are 128 × 1 apart.
+  const int gl_first = (int)blockIdx.x * (128 * 1) + (int)threadIdx.x * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 1; ++gl_chunk) {
 #pragma unroll
@@ -164,7 +166,8 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
   const int gl_d5 = (int)gl_sym_gl_d5;
 
   const int gl_numel = gl_d5;
-  const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 8;
+  // A block covers 256 × 16 elements; a thread's chunks are 256 × 8 apart.
+  const int gl_first = (int)blockIdx.x * (256 * 16) + (int)threadIdx.x * 8;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
     // A chunk of 8 elements is all in range or all out, and lies in one row.
@@ -223,7 +226,8 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat
   const int gl_d6 = (int)gl_sym_gl_d6;
 
   const int gl_numel = gl_d6;
-  const int gl_first = ((int)blockIdx.x * 256 + threadIdx.x) * 1;
+  // A block covers 256 × 2 elements; a thread's chunks are 256 × 1 apart.
+  const int gl_first = (int)blockIdx.x * (256 * 2) + (int)threadIdx.x * 1;
 #pragma unroll
   for (int gl_chunk = 0; gl_chunk < 2; ++gl_chunk) {
 #pragma unroll
