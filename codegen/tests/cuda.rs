@@ -3,45 +3,14 @@
 //! assembles with the pinned `ptxas`; golden sources for three graphs; backed and unbacked builds
 //! give the same source.
 
+mod examples;
+
+use examples::{example, example_names, with_hint};
 use guardless_codegen::cuda::generate;
 use guardless_codegen::nvrtc;
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
-use serde_json::Value;
-
-fn example(name: &str) -> String {
-    let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(format!("{dir}/{name}.json")).unwrap()
-}
-
-fn example_names() -> Vec<String> {
-    let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let f = e.unwrap().file_name().into_string().ok()?;
-            f.strip_suffix(".unbacked.json").map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    names
-}
-
-/// The example with `n` declared `kind` at hint `h` over [0, 65536].
-fn with_hint(name: &str, kind: &str, h: i64) -> String {
-    let mut v: Value = serde_json::from_str(&example(&format!("{name}.unbacked"))).unwrap();
-    for s in v["symbols"].as_array_mut().unwrap() {
-        if s["name"] == "n" {
-            *s = if kind == "backed" {
-                serde_json::json!({"name": "n", "kind": "backed", "hint": h, "min": 0, "max": 65536})
-            } else {
-                serde_json::json!({"name": "n", "kind": "unbacked", "optimization_hint": h, "min": 0, "max": 65536})
-            };
-        }
-    }
-    v.to_string()
-}
 
 fn cuda_of(text: &str) -> guardless_codegen::cuda::CudaModule {
     let g = Graph::from_json(text).unwrap();

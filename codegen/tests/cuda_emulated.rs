@@ -10,7 +10,7 @@ mod differential;
 use std::ffi::c_void;
 
 use differential::assert_close;
-use guardless_codegen::cuda::{generate, CudaModule, Param};
+use guardless_codegen::cuda::{generate, storage_type, CudaModule, Param};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::loop_ir::{BufferKind, Program};
@@ -57,20 +57,6 @@ fn launchers(p: &Program, m: &CudaModule) -> String {
         ));
     }
     out
-}
-
-fn storage_type(d: DType) -> &'static str {
-    match d {
-        DType::F64 => "double",
-        DType::F32 => "float",
-        DType::F16 => "__half",
-        DType::BF16 => "__nv_bfloat16",
-        DType::I64 => "long long",
-        DType::I32 => "int",
-        DType::I8 => "signed char",
-        DType::U8 => "unsigned char",
-        DType::Bool => "bool",
-    }
 }
 
 struct Compiled {

@@ -4,8 +4,10 @@
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
+mod examples;
 
 use differential::{differential_with, Runner};
+use examples::{example, example_names, with_hint};
 use guardless_codegen::schedule::{schedule, Role, Step};
 use guardless_ir::graph::Graph;
 use guardless_ir::loop_ir::interp::RunError;
@@ -14,28 +16,6 @@ use guardless_ir::lower::lower;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use serde_json::Value;
-
-fn examples_dir() -> String {
-    format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn example(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/{name}.json", examples_dir())).unwrap()
-}
-
-/// The base names of the examples (`rms_norm`, …).
-fn example_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(examples_dir())
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            let f = p.file_name()?.to_str()?.to_string();
-            f.strip_suffix(".unbacked.json").map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    names
-}
 
 fn scheduled(
     p: &mut Program,
@@ -118,21 +98,6 @@ fn scheduled_programs_match_the_reference() {
             }
         }
     }
-}
-
-/// The example with `n` declared `kind` at hint `h` over [0, 65536].
-fn with_hint(name: &str, kind: &str, h: i64) -> String {
-    let mut v: Value = serde_json::from_str(&example(&format!("{name}.unbacked"))).unwrap();
-    for s in v["symbols"].as_array_mut().unwrap() {
-        if s["name"] == "n" {
-            *s = if kind == "backed" {
-                serde_json::json!({"name": "n", "kind": "backed", "hint": h, "min": 0, "max": 65536})
-            } else {
-                serde_json::json!({"name": "n", "kind": "unbacked", "optimization_hint": h, "min": 0, "max": 65536})
-            };
-        }
-    }
-    v.to_string()
 }
 
 fn schedule_text(text: &str) -> (String, usize) {

@@ -16,7 +16,8 @@ use tera::{Context, Tera};
 
 use crate::schedule::config::{member_map, persistent_limit, IndexType, Strategy, Variant};
 use crate::schedule::{Kernel, Role, Schedule};
-use body::{compute_type, identity, storage_type, Read, Scope};
+pub use body::storage_type;
+use body::{compute_type, identity, Read, Scope};
 
 /// Stands for the function name while a variant is compared with the ones before it.
 const ENTRY: &str = "GL_ENTRY_NAME";
@@ -86,16 +87,6 @@ fn engine() -> Tera {
     t
 }
 
-/// A C identifier for a buffer's pointer.
-fn pointer_name(p: &Program, b: BufferId) -> String {
-    let raw = &p.buffers[b.index()].name;
-    let clean: String = raw
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("p_{clean}")
-}
-
 /// Renders every kernel and variant of `s`.
 pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     let tera = engine();
@@ -107,6 +98,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         .expect("the common header renders");
     let mut source = header.clone();
     let mut functions: Vec<(String, String)> = Vec::new();
+    let pointers: Vec<String> = p.buffers.iter().map(|b| pointer_name(&b.name)).collect();
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
@@ -143,7 +135,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                         let b = match bodies.iter().find(|(i, _)| *i == key) {
                             Some((_, b)) => b.clone(),
                             None => {
-                                let b = render_bodies(p, k, v, &mut errors);
+                                let b = render_bodies(p, k, v, &pointers, &mut errors);
                                 bodies.push((key, b.clone()));
                                 b
                             }
@@ -303,7 +295,13 @@ struct Bodies {
     lin_decompose: String,
 }
 
-fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<String>) -> Bodies {
+fn render_bodies(
+    p: &mut Program,
+    k: &Kernel,
+    v: &Variant,
+    pointers: &[String],
+    errors: &mut Vec<String>,
+) -> Bodies {
     let c = &v.config;
     let (idx, suffix) = match c.index {
         IndexType::I32 => ("int", "i32"),
@@ -439,9 +437,6 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
         .collect();
     let row_name = |b: BufferId| format!("m{}_row", b.0);
     let val_name = |b: BufferId| format!("m{}_val", b.0);
-    let pointers: Vec<String> = (0..p.buffers.len())
-        .map(|i| pointer_name(p, BufferId(i as u32)))
-        .collect();
     let mut pass_ctx: Vec<tera::Value> = Vec::new();
     let mut pointwise_body = String::new();
     // 16-byte accesses: in a pointwise vector variant, a thread's chunk of `vector` elements lies
@@ -692,7 +687,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
                 let at = sc.hoist.hoist(sc.env, at);
                 format!(
                     "gl_st({}, (long long)({}), {value});",
-                    pointer_name_of(&buf.name),
+                    pointers[m.buffer.index()],
                     sc.env.to_c(at, sc.printer)
                 )
             };
@@ -849,7 +844,7 @@ fn render_bodies(p: &mut Program, k: &Kernel, v: &Variant, errors: &mut Vec<Stri
     for &(b, written) in &buffers {
         let t = storage_type(p.buffers[b.index()].dtype);
         let q = if written { "" } else { "const " };
-        params_c.push(format!("{q}{t}* __restrict__ {}", pointer_name(p, b)));
+        params_c.push(format!("{q}{t}* __restrict__ {}", pointers[b.index()]));
         params.push(Param::Buffer {
             buffer: p.buffers[b.index()].name.clone(),
             written,
@@ -989,7 +984,8 @@ fn contiguous(
     Some(h.hoist(env, s))
 }
 
-fn pointer_name_of(buffer_name: &str) -> String {
+/// A C identifier for a buffer's pointer.
+fn pointer_name(buffer_name: &str) -> String {
     let clean: String = buffer_name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

@@ -10,12 +10,7 @@ type R<T> = Result<T, String>;
 
 impl Program {
     fn sizes_of(&self, id: BufferId, b: &Bindings) -> R<Vec<i64>> {
-        self.buffers[id.index()]
-            .layout
-            .sizes
-            .iter()
-            .map(|&s| self.env.evaluate(s, b).map_err(|e| e.to_string()))
-            .collect()
+        self.sizes_of_buffer(&self.buffers[id.index()], b)
     }
 
     /// Element `idx` of buffer `id`, read through its layout.

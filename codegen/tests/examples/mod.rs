@@ -1,0 +1,42 @@
+//! The example graphs (`examples/graphs/`) for the codegen tests: by name, all names, and the
+//! unbacked form with `n` redeclared at a given hint and kind.
+#![allow(dead_code)]
+
+use serde_json::Value;
+
+pub fn examples_dir() -> String {
+    format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn example(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/{name}.json", examples_dir())).unwrap()
+}
+
+/// The base names of the examples (`rms_norm`, …).
+pub fn example_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(examples_dir())
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            let f = p.file_name()?.to_str()?.to_string();
+            f.strip_suffix(".unbacked.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The example with `n` declared `kind` at hint `h` over [0, 65536].
+pub fn with_hint(name: &str, kind: &str, h: i64) -> String {
+    let mut v: Value = serde_json::from_str(&example(&format!("{name}.unbacked"))).unwrap();
+    for s in v["symbols"].as_array_mut().unwrap() {
+        if s["name"] == "n" {
+            *s = if kind == "backed" {
+                serde_json::json!({"name": "n", "kind": "backed", "hint": h, "min": 0, "max": 65536})
+            } else {
+                serde_json::json!({"name": "n", "kind": "unbacked", "optimization_hint": h, "min": 0, "max": 65536})
+            };
+        }
+    }
+    v.to_string()
+}
