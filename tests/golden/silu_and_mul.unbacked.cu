@@ -126,11 +126,11 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 1 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d6, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
-  const int gl_d6 = (int)gl_sym_gl_d6;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d6;
+  const int gl_numel = gl_d5;
   // A block covers 128 × 1 elements; a thread's chunks are 128 × 1 apart.
   const int gl_first = (int)blockIdx.x * (128 * 1) + (int)threadIdx.x * 1;
 #pragma unroll
@@ -221,11 +221,11 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
 
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 2 elements, vector 1, int32 indices
-extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d6, int* __restrict__ gl_error) {
+extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
   const int n = (int)gl_sym_n;
-  const int gl_d6 = (int)gl_sym_gl_d6;
+  const int gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d6;
+  const int gl_numel = gl_d5;
   // A block covers 256 × 2 elements; a thread's chunks are 256 × 1 apart.
   const int gl_first = (int)blockIdx.x * (256 * 2) + (int)threadIdx.x * 1;
 #pragma unroll

@@ -55,18 +55,26 @@ pub struct Scope<'a> {
     /// Names errors: the buffer and its graph nodes.
     pub what: String,
     pub hoist: &'a mut super::hoist::Hoister,
+    /// Indices already rendered, by member and expression (shared by a kernel's variants).
+    pub memo: &'a mut rustc_hash::FxHashMap<(usize, Expr), Expr>,
+    pub member: usize,
     /// Loads (by op index) already done as a 16-byte vector: what to read instead.
     pub vector_loads: &'a rustc_hash::FxHashMap<usize, String>,
 }
 
 impl Scope<'_> {
     fn index(&mut self, e: Expr) -> String {
-        let vars = self.vars;
-        let s = self.env.pool_mut().substitute(e, &|id| {
-            vars.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
-        });
-        let s = self.env.simplify(s);
-        let s = self.hoist.hoist(self.env, s);
+        let s = match self.memo.get(&(self.member, e)) {
+            Some(&s) => s,
+            None => {
+                let vars = self.vars;
+                let s = self.env.pool_mut().substitute_pairs(e, vars);
+                let s = self.env.simplify(s);
+                let s = self.hoist.hoist(self.env, s);
+                self.memo.insert((self.member, e), s);
+                s
+            }
+        };
         self.env.to_c(s, self.printer)
     }
 

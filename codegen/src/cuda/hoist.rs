@@ -3,11 +3,12 @@
 //! launcher computes once, as Inductor passes `ks0`. Kernel text stays linear in the graph, and
 //! the GPU does not recompute sizes per element.
 
-use guardless_ir::sym::{Expr, Node, ShapeEnv, SymbolId};
+use guardless_ir::sym::{symbol_bit, Expr, Node, ShapeEnv, SymbolId};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 pub struct Hoister {
     locals: FxHashSet<SymbolId>,
+    locals_mask: u64,
     /// The derived parameters: symbol, and the expression it stands for.
     pub derived: Vec<(SymbolId, Expr)>,
     names: FxHashMap<Expr, Expr>,
@@ -17,6 +18,7 @@ pub struct Hoister {
 impl Hoister {
     pub fn new(locals: FxHashSet<SymbolId>) -> Hoister {
         Hoister {
+            locals_mask: locals.iter().fold(0, |m, &s| m | symbol_bit(s)),
             locals,
             derived: Vec::new(),
             names: FxHashMap::default(),
@@ -28,11 +30,12 @@ impl Hoister {
         if let Some(&v) = self.local_memo.get(&e) {
             return v;
         }
-        let v = env
-            .pool()
-            .free_symbols(e)
-            .iter()
-            .any(|s| self.locals.contains(s));
+        let v = env.pool().info(e).symbols & self.locals_mask != 0
+            && env
+                .pool()
+                .free_symbols(e)
+                .iter()
+                .any(|s| self.locals.contains(s));
         self.local_memo.insert(e, v);
         v
     }

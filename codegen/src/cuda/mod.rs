@@ -109,6 +109,12 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         let _ = writeln!(source);
         let mut rendered: Vec<(Shape, (String, Vec<Param>))> = Vec::new();
         let mut bodies: Vec<((IndexType, i64, bool), Bodies)> = Vec::new();
+        // Index arithmetic does not depend on the variant: hoisted and simplified once per kernel.
+        let mut syms = KernelSymbols {
+            hoister: hoist::Hoister::new(local_symbols(p, k)),
+            memo: rustc_hash::FxHashMap::default(),
+            texts: rustc_hash::FxHashMap::default(),
+        };
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
             let generated = !matches!(v.config.strategy, Strategy::Split { .. });
@@ -135,7 +141,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                         let b = match bodies.iter().find(|(i, _)| *i == key) {
                             Some((_, b)) => b.clone(),
                             None => {
-                                let b = render_bodies(p, k, v, &pointers, &mut errors);
+                                let b = render_bodies(p, k, v, &pointers, &mut syms, &mut errors);
                                 bodies.push((key, b.clone()));
                                 b
                             }
@@ -295,11 +301,21 @@ struct Bodies {
     lin_decompose: String,
 }
 
+/// A kernel's index arithmetic in kernel terms, shared by its variants: the derived parameters,
+/// and each member's indices after substitution, simplification and hoisting.
+struct KernelSymbols {
+    hoister: hoist::Hoister,
+    memo: rustc_hash::FxHashMap<(usize, Expr), Expr>,
+    /// Derived parameters' expressions as text (long for concatenation offsets).
+    texts: rustc_hash::FxHashMap<SymbolId, String>,
+}
+
 fn render_bodies(
     p: &mut Program,
     k: &Kernel,
     v: &Variant,
     pointers: &[String],
+    syms: &mut KernelSymbols,
     errors: &mut Vec<String>,
 ) -> Bodies {
     let c = &v.config;
@@ -391,7 +407,7 @@ fn render_bodies(
     }
     symbols.sort_by_key(|&id| p.env.symbol_name(id).to_string());
 
-    let mut hoister = hoist::Hoister::new(locals.clone());
+    let hoister = &mut syms.hoister;
     let c_of = |p: &mut Program, h: &mut hoist::Hoister, e: Expr| {
         let e = h.hoist(&mut p.env, e);
         p.env.to_c(e, &printer)
@@ -465,9 +481,7 @@ fn render_bodies(
     };
     let load_key = |p: &mut Program, mi: usize, index: Expr| {
         let vars = &member_vars[mi];
-        let e = p.env.pool_mut().substitute(index, &|id| {
-            vars.iter().find(|(k, _)| *k == id).map(|(_, x)| *x)
-        });
+        let e = p.env.pool_mut().substitute_pairs(index, vars);
         p.env.simplify(e)
     };
     let mut cached: Vec<CachedLoad> = Vec::new();
@@ -612,15 +626,9 @@ fn render_bodies(
                         continue;
                     }
                     let dt = p.buffers[buffer.index()].dtype;
-                    let Some(at) = contiguous(
-                        p,
-                        &mut hoister,
-                        &member_vars[mi],
-                        index,
-                        v,
-                        chunk,
-                        dt.size(),
-                    ) else {
+                    let Some(at) =
+                        contiguous(p, hoister, &member_vars[mi], index, v, chunk, dt.size())
+                    else {
                         continue;
                     };
                     let name = format!("gl_v{}_{i}", m.buffer.0);
@@ -643,7 +651,7 @@ fn render_bodies(
             let vstore = match (vectorize, innermost, m.role, m.stored) {
                 (true, Some(v), Role::Elementwise, Some(_)) => contiguous(
                     p,
-                    &mut hoister,
+                    hoister,
                     &member_vars[mi],
                     store_index,
                     v,
@@ -672,7 +680,9 @@ fn render_bodies(
                 vars: &member_vars[mi],
                 errors,
                 what,
-                hoist: &mut hoister,
+                hoist: hoister,
+                memo: &mut syms.memo,
+                member: mi,
                 vector_loads: &vloads,
             };
             let prefix = format!("m{}_", m.buffer.0);
@@ -680,9 +690,7 @@ fn render_bodies(
             stmts.push_str(&cache_stores);
             let store = |sc: &mut Scope, value: &str| -> String {
                 let vars = sc.vars;
-                let at = sc.env.pool_mut().substitute(store_index, &|id| {
-                    vars.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
-                });
+                let at = sc.env.pool_mut().substitute_pairs(store_index, vars);
                 let at = sc.env.simplify(at);
                 let at = sc.hoist.hoist(sc.env, at);
                 format!(
@@ -828,17 +836,17 @@ fn render_bodies(
         pc.insert("init".into(), init.into());
         pc.insert(
             "decompose".into(),
-            decompose(p, &mut hoister, "gl_r", inner_vars, &k.inner, "        ").into(),
+            decompose(p, hoister, "gl_r", inner_vars, &k.inner, "        ").into(),
         );
         pc.insert("body".into(), body_text.into());
         pc.insert("finish".into(), finish.into());
         pass_ctx.push(tera::Value::Object(pc));
     }
 
-    let rows_c = c_of(p, &mut hoister, k.rows);
-    let len_c = c_of(p, &mut hoister, k.row_len);
-    let row_decompose = decompose(p, &mut hoister, "gl_row", outer_vars, &k.outer, "  ");
-    let lin_decompose = decompose(p, &mut hoister, "gl_lin", outer_vars, &k.outer, "        ");
+    let rows_c = c_of(p, hoister, k.rows);
+    let len_c = c_of(p, hoister, k.row_len);
+    let row_decompose = decompose(p, hoister, "gl_row", outer_vars, &k.outer, "  ");
+    let lin_decompose = decompose(p, hoister, "gl_lin", outer_vars, &k.outer, "        ");
     let mut params_c = Vec::new();
     let mut params = Vec::new();
     for &(b, written) in &buffers {
@@ -857,12 +865,17 @@ fn render_bodies(
         params.push(Param::Symbol { name: n.clone() });
         let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
     }
-    for &(id, e) in &hoister.derived {
+    for &(id, e) in &syms.hoister.derived {
         let n = p.env.symbol_name(id).to_string();
         params_c.push(format!("long long gl_sym_{n}"));
+        let expr = syms
+            .texts
+            .entry(id)
+            .or_insert_with(|| p.env.text(e))
+            .clone();
         params.push(Param::Derived {
             name: n.clone(),
-            expr: p.env.text(e),
+            expr,
         });
         let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
     }
@@ -968,9 +981,7 @@ fn contiguous(
         return None;
     }
     let env = &mut p.env;
-    let s = env.pool_mut().substitute(e, &|id| {
-        vars.iter().find(|(k, _)| *k == id).map(|(_, x)| *x)
-    });
+    let s = env.pool_mut().substitute_pairs(e, vars);
     let s = env.simplify(s);
     let vid = env.pool().as_symbol(v)?;
     let zero = env.pool_mut().zero();

@@ -647,8 +647,6 @@ pub(crate) fn member_map(
 }
 
 fn subst(env: &mut ShapeEnv, e: Expr, map: &[(SymbolId, Expr)]) -> Expr {
-    let s = env
-        .pool_mut()
-        .substitute(e, &|id| map.iter().find(|(k, _)| *k == id).map(|(_, v)| *v));
+    let s = env.pool_mut().substitute_pairs(e, map);
     env.simplify(s)
 }

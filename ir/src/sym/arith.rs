@@ -405,30 +405,63 @@ impl ExprPool {
     /// `e` with symbols replaced by `map` (symbols it maps to `None` stay), rebuilt canonically.
     pub fn substitute(&mut self, e: Expr, map: &dyn Fn(SymbolId) -> Option<Expr>) -> Expr {
         let mut memo = rustc_hash::FxHashMap::default();
-        self.substitute_memo(e, map, &mut memo)
+        self.substitute_memo(e, map, u64::MAX, &mut memo)
+    }
+
+    /// `e` with each symbol of `pairs` replaced by its expression. Subexpressions that hold none
+    /// of them are not visited.
+    pub fn substitute_pairs(&mut self, e: Expr, pairs: &[(SymbolId, Expr)]) -> Expr {
+        let mask = pairs
+            .iter()
+            .fold(0, |m, &(s, _)| m | super::pool::symbol_bit(s));
+        let mut memo = rustc_hash::FxHashMap::default();
+        let map = |id: SymbolId| pairs.iter().find(|(k, _)| *k == id).map(|(_, v)| *v);
+        self.substitute_memo(e, &map, mask, &mut memo)
     }
 
     /// `e` with every occurrence of a key of `map` (a whole subexpression) replaced by its value,
     /// rebuilt in canonical form.
     pub fn replace(&mut self, e: Expr, map: &rustc_hash::FxHashMap<Expr, Expr>) -> Expr {
+        // A key can only occur inside a node that holds all its symbols (a key without symbols
+        // can occur anywhere).
+        let mask = if map.keys().any(|&k| self.info(k).symbols == 0) {
+            u64::MAX
+        } else {
+            map.keys().fold(0, |m, &k| m | self.info(k).symbols)
+        };
         let mut memo = map.clone();
-        self.substitute_memo(e, &|_| None, &mut memo)
+        self.substitute_memo(e, &|_| None, mask, &mut memo)
     }
 
     fn substitute_memo(
         &mut self,
         e: Expr,
         map: &dyn Fn(SymbolId) -> Option<Expr>,
+        mask: u64,
         memo: &mut rustc_hash::FxHashMap<Expr, Expr>,
     ) -> Expr {
         if let Some(&r) = memo.get(&e) {
             return r;
         }
-        if !self.info(e).has_backed && !self.info(e).has_unbacked {
+        if self.info(e).symbols & mask == 0 {
             return e;
         }
+        // Nodes are canonical: one whose children all stay the same is itself (no rebuild, which
+        // for long sums would cost their length on every visit).
+        if !matches!(self.node(e), Node::Sym(_)) {
+            let mut children = Vec::new();
+            self.for_each_child(e, |c| children.push(c));
+            let mut same = true;
+            for c in children {
+                same &= self.substitute_memo(c, map, mask, memo) == c;
+            }
+            if same {
+                memo.insert(e, e);
+                return e;
+            }
+        }
         let node = self.node(e).clone();
-        let mut sub = |p: &mut Self, x: Expr| p.substitute_memo(x, map, memo);
+        let mut sub = |p: &mut Self, x: Expr| p.substitute_memo(x, map, mask, memo);
         let r = match node {
             Node::Const(_) | Node::Bool(_) => e,
             Node::Sym(s) => map(s).unwrap_or(e),

@@ -140,4 +140,7 @@ pub struct NodeInfo {
     /// raise. Such subexpressions are never dropped by a rewrite that cannot prove the divisor ≠ 0.
     pub may_raise: bool,
     pub depth: u32,
+    /// Bit `id % 64` set for every symbol inside: a node whose mask misses a symbol's bit does
+    /// not contain it, so substitutions skip it whole.
+    pub symbols: u64,
 }

@@ -37,6 +37,11 @@ pub struct ExprPool {
     false_: Expr,
 }
 
+/// The bit of `s` in [`NodeInfo::symbols`].
+pub fn symbol_bit(s: SymbolId) -> u64 {
+    1u64 << (s.index() % 64)
+}
+
 impl Default for ExprPool {
     fn default() -> Self {
         Self::new()
@@ -283,14 +288,18 @@ impl ExprPool {
             info.has_backed |= c.has_backed;
             info.may_raise |= c.may_raise;
             info.depth = info.depth.max(c.depth + 1);
+            info.symbols |= c.symbols;
         };
         match node {
             Node::Const(_) => {}
             Node::Bool(_) => info.is_bool = true,
-            Node::Sym(s) => match self.symbols[s.index()].kind {
-                SymbolKind::Backed => info.has_backed = true,
-                SymbolKind::Unbacked => info.has_unbacked = true,
-            },
+            Node::Sym(s) => {
+                info.symbols = symbol_bit(*s);
+                match self.symbols[s.index()].kind {
+                    SymbolKind::Backed => info.has_backed = true,
+                    SymbolKind::Unbacked => info.has_unbacked = true,
+                }
+            }
             Node::Add { terms, .. } => terms.iter().for_each(|&(t, _)| child(t, &mut info)),
             Node::Mul(factors) => factors.iter().for_each(|&(f, _)| child(f, &mut info)),
             Node::FloorDiv(a, b) | Node::CeilDiv(a, b) | Node::Mod(a, b) => {
