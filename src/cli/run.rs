@@ -1,5 +1,5 @@
-//! `guardless run GRAPH --device reference`: run a graph on given or random inputs and print a
-//! summary of its outputs.
+//! `guardless run GRAPH --device cpu|auto|reference`: compile a graph and run it on given or random
+//! inputs; print a summary of its outputs and the times.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -11,18 +11,25 @@ use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::{Data, HostTensor};
 use guardless_ir::tensor_io;
+use guardless_runtime::cpu::{CpuProgram, RunOptions};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The graph file.
     graph: PathBuf,
-    /// Where to run: `reference` (the op-level reference executor).
-    #[arg(long, default_value = "reference")]
+    /// Where to run: `cpu` (the CPU backend: native kernels through LLVM when built with the
+    /// `llvm` feature, else the loop-IR interpreter), `auto` (the best device present: the CPU
+    /// backend until the GPU runtime lands), `reference` (the op-level reference executor).
+    #[arg(long, default_value = "auto")]
     device: String,
+    /// Also run the reference executor and print each output's largest difference from it.
+    #[arg(long)]
+    check: bool,
     /// Input tensors, by graph input name (safetensors).
     #[arg(long, conflicts_with = "random")]
     inputs: Option<PathBuf>,
-    /// Random inputs: floats uniform in [-2, 2), integers in [0, 4), bools fair.
+    /// Random inputs: floats uniform in [-2, 2) (weights scaled by 1/sqrt(fan-in)), integers in
+    /// [0, 4), bools fair.
     #[arg(long)]
     random: bool,
     /// Seed of the random inputs.
@@ -37,12 +44,18 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> Result<String, String> {
-    if a.device != "reference" {
-        return Err(format!(
-            "--device {}: only 'reference' is available so far",
-            a.device
-        ));
-    }
+    let device = match a.device.as_str() {
+        "auto" | "cpu" => "cpu",
+        "reference" => "reference",
+        "cuda" => {
+            return Err("--device cuda: this build has no GPU runtime yet; use cpu or auto".into())
+        }
+        d => {
+            return Err(format!(
+                "--device {d}: expected cpu, cuda, auto or reference"
+            ))
+        }
+    };
     let ctx = |e: String| format!("{}: {e}", a.graph.display());
     let text = std::fs::read_to_string(&a.graph).map_err(|e| ctx(e.to_string()))?;
     let graph = Graph::from_json(&text).map_err(|e| ctx(e.to_string()))?;
@@ -58,17 +71,49 @@ pub fn run(a: RunArgs) -> Result<String, String> {
     };
     let bindings =
         reference::bind_inputs(&graph, &inputs, &given).map_err(|e| ctx(e.to_string()))?;
-    let start = Instant::now();
-    let outputs = reference::run(&graph, &inputs, &bindings).map_err(|e| ctx(e.to_string()))?;
-    let elapsed = start.elapsed();
-    let names = output_names(&graph);
     let mut out = String::new();
-    for (name, t) in names.iter().zip(&outputs) {
-        let _ = writeln!(out, "{name}: {}", summary(t));
+    let (outputs, elapsed, ran_on) = if device == "cpu" {
+        let start = Instant::now();
+        let program = guardless_ir::lower::lower(&graph).map_err(|e| ctx(e.to_string()))?;
+        let cpu = CpuProgram::compile(program).map_err(|e| ctx(e.to_string()))?;
+        let compiled = start.elapsed();
+        let _ = writeln!(
+            out,
+            "compiled for the CPU ({}) in {:.1} ms: {} kernels",
+            cpu.backend(),
+            compiled.as_secs_f64() * 1e3,
+            cpu.schedule.kernels.len()
+        );
+        let start = Instant::now();
+        let outputs = cpu
+            .run(&inputs, &bindings, &RunOptions::default())
+            .map_err(|e| ctx(e.to_string()))?;
+        (outputs, start.elapsed(), "cpu")
+    } else {
+        let start = Instant::now();
+        let outputs = reference::run(&graph, &inputs, &bindings).map_err(|e| ctx(e.to_string()))?;
+        (outputs, start.elapsed(), "reference")
+    };
+    let names = output_names(&graph);
+    let want = if a.check {
+        Some(reference::run(&graph, &inputs, &bindings).map_err(|e| ctx(e.to_string()))?)
+    } else {
+        None
+    };
+    for (k, (name, t)) in names.iter().zip(&outputs).enumerate() {
+        let _ = write!(out, "{name}: {}", summary(t));
+        if let Some(w) = &want {
+            let _ = write!(
+                out,
+                "; max |difference| from the reference {:e}",
+                max_difference(t, &w[k])
+            );
+        }
+        let _ = writeln!(out);
     }
     let _ = writeln!(
         out,
-        "ran on reference in {:.3} ms",
+        "ran on {ran_on} in {:.3} ms",
         elapsed.as_secs_f64() * 1e3
     );
     if let Some(path) = &a.save_outputs {
@@ -162,12 +207,22 @@ fn random_inputs(graph: &Graph, given: &Bindings, seed: u64) -> Result<Vec<HostT
         .zip(shapes)
         .enumerate()
         .map(|(k, (inp, shape))| {
-            HostTensor::random(
+            let t = HostTensor::random(
                 inp.dtype,
                 &shape,
                 seed.wrapping_mul(1000).wrapping_add(k as u64),
                 (0, 4),
-            )
+            );
+            // Weights at a realistic scale (1/sqrt(fan-in)), so activations stay O(1) through
+            // the layers instead of growing with each matmul.
+            match (inp.kind, &t.data) {
+                (guardless_ir::graph::InputKind::Parameter, Data::Float(v)) if shape.len() > 1 => {
+                    let s = 1.0 / (*shape.last().expect("rank > 1") as f64).sqrt();
+                    let v: Vec<f64> = v.iter().map(|x| x * s).collect();
+                    HostTensor::from_f64(inp.dtype, &shape, &v)
+                }
+                _ => t,
+            }
         })
         .collect())
 }
@@ -213,4 +268,21 @@ fn summary(t: &HostTensor) -> String {
         let _ = write!(s, " ({nonfinite} non-finite)");
     }
     s
+}
+
+/// The largest absolute difference between two tensors of one shape (NaN where only one is NaN).
+fn max_difference(a: &HostTensor, b: &HostTensor) -> f64 {
+    if a.shape != b.shape {
+        return f64::NAN;
+    }
+    (0..a.numel()).fold(0.0, |m: f64, i| {
+        let (x, y) = (a.get_f64(i), b.get_f64(i));
+        if x.is_nan() && y.is_nan() {
+            m
+        } else if x.is_nan() || y.is_nan() {
+            f64::NAN
+        } else {
+            m.max((x - y).abs())
+        }
+    })
 }

@@ -609,7 +609,7 @@ fn group_vars(p: &mut Program, k: &Kernel) -> Vec<Expr> {
 }
 
 /// A member's loop variables → the kernel's variables (size-1 dimensions → 0).
-pub(crate) fn member_map(
+pub fn member_map(
     env: &mut ShapeEnv,
     loops: &guardless_ir::loop_ir::Loops,
     k: &Kernel,

@@ -11,7 +11,7 @@ mod manifest;
 mod memory;
 mod print;
 
-pub use config::{IndexType, KernelConfig, Strategy, Variant};
+pub use config::{member_map, IndexType, KernelConfig, Strategy, Variant};
 pub use manifest::Manifest;
 pub use memory::{Allocation, MemoryPlan};
 

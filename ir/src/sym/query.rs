@@ -264,6 +264,11 @@ impl ShapeEnv {
             .evaluate_with(e, &mut |id| self.value_of(id, bindings))?)
     }
 
+    /// The value of symbol `id` under `bindings` (through its replacement when it has one).
+    pub fn symbol_value(&self, id: SymbolId, bindings: &Bindings) -> Option<i64> {
+        self.value_of(id, bindings)
+    }
+
     fn value_of(&self, id: SymbolId, bindings: &Bindings) -> Option<i64> {
         bindings.get(id).or_else(|| {
             let rep = self.syms[id.index()].replacement?;

@@ -3,6 +3,8 @@
 //! per-dtype tolerances.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use guardless_ir::graph::{DType, Graph, InputKind};
 use guardless_ir::loop_ir::interp::RunError;
 use guardless_ir::loop_ir::Program;
@@ -117,17 +119,15 @@ pub fn differential_with(
     ints: (i64, i64),
     runner: &Runner,
 ) -> bool {
-    let mut b = Bindings::new();
-    for &(name, v) in values {
-        b.set(
-            graph
-                .env
-                .symbol_id(name)
-                .unwrap_or_else(|| panic!("{what}: no symbol {name}")),
-            v,
-        );
-    }
-    let inputs: Vec<HostTensor> = graph
+    let b = bindings_of(what, graph, values);
+    let inputs = random_inputs(graph, &b, seed, ints);
+    compare_with(what, graph, &inputs, &b, values, assert_ok, runner)
+}
+
+/// Random inputs for `graph` at the symbol values `b`: floats in [-2, 2), integers in `ints`,
+/// parameters scaled by 1/sqrt(fan-in).
+pub fn random_inputs(graph: &Graph, b: &Bindings, seed: u64, ints: (i64, i64)) -> Vec<HostTensor> {
+    graph
         .inputs
         .iter()
         .enumerate()
@@ -135,7 +135,7 @@ pub fn differential_with(
             let shape: Vec<usize> = inp
                 .shape
                 .iter()
-                .map(|&d| graph.env.evaluate(d, &b).unwrap() as usize)
+                .map(|&d| graph.env.evaluate(d, b).unwrap() as usize)
                 .collect();
             let t = HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, ints);
             // Parameters at a realistic scale (1/sqrt(fan-in)), so that activations stay O(1).
@@ -151,8 +151,22 @@ pub fn differential_with(
                 _ => t,
             }
         })
-        .collect();
-    compare_with(what, graph, &inputs, &b, values, assert_ok, runner)
+        .collect()
+}
+
+/// The symbol values `values` (name → value) as bindings of `graph`.
+pub fn bindings_of(what: &str, graph: &Graph, values: &[(&str, i64)]) -> Bindings {
+    let mut b = Bindings::new();
+    for &(name, v) in values {
+        b.set(
+            graph
+                .env
+                .symbol_id(name)
+                .unwrap_or_else(|| panic!("{what}: no symbol {name}")),
+            v,
+        );
+    }
+    b
 }
 
 /// Runs `graph` both ways on `inputs` (symbols bound from their shapes and `b`) and compares;
@@ -182,6 +196,18 @@ pub fn compare_with(
     let want = reference::run(graph, inputs, &b);
     let mut program = lower(graph).unwrap_or_else(|e| panic!("{what}: {e}"));
     let got = runner(&mut program, inputs, &b);
+    judge(what, got, want, values, assert_ok)
+}
+
+/// Compares a backend's result with the reference's; whether both succeeded. An op that fails
+/// must fail both ways (or, with `assert_ok`, the backend by a named runtime assert).
+pub fn judge(
+    what: &str,
+    got: Result<Vec<HostTensor>, RunError>,
+    want: Result<Vec<HostTensor>, reference::RefError>,
+    values: &[(&str, i64)],
+    assert_ok: bool,
+) -> bool {
     match (got, want) {
         (Ok(g), Ok(w)) => {
             assert_eq!(g.len(), w.len(), "{what}");

@@ -355,3 +355,72 @@ fn fail_for(buf: &Buffer) -> impl Fn(String) -> RunError + '_ {
         message,
     }
 }
+
+impl Program {
+    /// The buffers a library step (anything but a computed buffer) reads, views resolved to the
+    /// buffers that hold their storage.
+    pub fn library_reads(&self, id: BufferId) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        match &self.buffers[id.index()].kind {
+            BufferKind::Input(_) | BufferKind::Computed { .. } => {}
+            BufferKind::View { base } => out.push(*base),
+            BufferKind::Select { input, mask, .. } => out.extend([*input].into_iter().chain(*mask)),
+            BufferKind::Sort { input, .. }
+            | BufferKind::Scan { input, .. }
+            | BufferKind::Item { input, .. } => out.push(*input),
+            BufferKind::Extern { inputs, .. } => out.extend(inputs.iter().copied()),
+            BufferKind::Scatter { base, body, .. } => {
+                out.push(*base);
+                for (op, _) in &body.ops {
+                    if let crate::loop_ir::Op::Load { buffer, .. } = op {
+                        out.push(*buffer);
+                    }
+                }
+            }
+        }
+        for b in &mut out {
+            *b = self.storage_root(*b);
+        }
+        out.sort_by_key(|b| b.0);
+        out.dedup();
+        out
+    }
+
+    /// The buffer whose storage `id` uses (itself unless it is a view).
+    pub fn storage_root(&self, mut id: BufferId) -> BufferId {
+        while let BufferKind::View { base } = self.buffers[id.index()].kind {
+            id = base;
+        }
+        id
+    }
+
+    /// Runs one library step on host values, for a backend that runs its kernels itself:
+    /// `values` holds the storage of every buffer of [`Program::library_reads`]. Returns the
+    /// step's storage (empty for `.item()`); symbols it produces are bound in `b`.
+    pub fn run_library_step(
+        &self,
+        id: BufferId,
+        values: &[(BufferId, Data)],
+        b: &mut Bindings,
+    ) -> Result<Data, RunError> {
+        let buf = &self.buffers[id.index()];
+        if matches!(buf.kind, BufferKind::Input(_) | BufferKind::Computed { .. }) {
+            return Err(fail_for(buf)("not a library step".into()));
+        }
+        let mut st = Storage::new(self, &ExecPlan::unscheduled(self));
+        for (r, d) in values {
+            let v = match d {
+                Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
+                Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
+            };
+            st.put(*r, v);
+        }
+        self.exec_whole(id, &[], &mut st, b)?;
+        let out = st.get(id);
+        Ok(if buf.dtype.is_float() {
+            Data::Float(out.iter().map(|v| v.f()).collect())
+        } else {
+            Data::Int(out.iter().map(|v| v.i()).collect())
+        })
+    }
+}

@@ -1,0 +1,356 @@
+//! One-node graphs of every lowered op (over [`super::one_op`]'s inputs), shared by the
+//! lowering's and the backends' differential tests.
+
+pub const CASES: &[(&str, &str)] = &[
+    ("aten.neg.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.neg.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.abs.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.relu.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.exp.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.exp.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.log.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.log1p.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.sqrt.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.rsqrt.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.sin.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.cos.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.tanh.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.sigmoid.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.erf.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.reciprocal.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.silu.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.gelu.default", r#"{"self": {"tensor": "x"}}"#),
+    (
+        "aten.gelu.default",
+        r#"{"self": {"tensor": "x"}, "approximate": "tanh"}"#,
+    ),
+    ("aten.logical_not.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.bitwise_not.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.bitwise_not.default", r#"{"self": {"tensor": "m"}}"#),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}, "alpha": 2}"#,
+    ),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": 1e-06}"#,
+    ),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": 3}"#,
+    ),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": 2.5}"#,
+    ),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": "u0"}"#,
+    ),
+    (
+        "aten.add.Tensor",
+        r#"{"self": {"tensor": "h"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.sub.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "i"}}"#,
+    ),
+    (
+        "aten.rsub.Scalar",
+        r#"{"self": {"tensor": "x"}, "other": 1}"#,
+    ),
+    (
+        "aten.mul.Tensor",
+        r#"{"self": {"tensor": "h"}, "other": {"tensor": "h"}}"#,
+    ),
+    (
+        "aten.mul.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": -4}"#,
+    ),
+    (
+        "aten.div.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": 3}"#,
+    ),
+    (
+        "aten.div.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.div.Tensor_mode",
+        r#"{"self": {"tensor": "x"}, "other": 0.75, "rounding_mode": "floor"}"#,
+    ),
+    (
+        "aten.div.Tensor_mode",
+        r#"{"self": {"tensor": "i"}, "other": -2, "rounding_mode": "floor"}"#,
+    ),
+    (
+        "aten.div.Tensor_mode",
+        r#"{"self": {"tensor": "i"}, "other": -2, "rounding_mode": "trunc"}"#,
+    ),
+    (
+        "aten.maximum.default",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.minimum.default",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.pow.Tensor_Scalar",
+        r#"{"self": {"tensor": "x"}, "exponent": 2}"#,
+    ),
+    (
+        "aten.pow.Tensor_Scalar",
+        r#"{"self": {"tensor": "i"}, "exponent": 3}"#,
+    ),
+    ("aten.eq.Scalar", r#"{"self": {"tensor": "i"}, "other": 1}"#),
+    (
+        "aten.lt.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.ge.Scalar",
+        r#"{"self": {"tensor": "h"}, "other": 0.5}"#,
+    ),
+    (
+        "aten.logical_and.default",
+        r#"{"self": {"tensor": "m"}, "other": {"tensor": "i"}}"#,
+    ),
+    (
+        "aten.bitwise_and.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": 6}"#,
+    ),
+    (
+        "aten.where.self",
+        r#"{"condition": {"tensor": "m"}, "self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.where.ScalarOther",
+        r#"{"condition": {"tensor": "m"}, "self": {"tensor": "i"}, "other": 0.5}"#,
+    ),
+    (
+        "aten.masked_fill.Scalar",
+        r#"{"self": {"tensor": "h"}, "mask": {"tensor": "m"}, "value": {"float": "-inf"}}"#,
+    ),
+    (
+        "aten.clamp.default",
+        r#"{"self": {"tensor": "x"}, "min": -0.5, "max": 0.5}"#,
+    ),
+    (
+        "aten.clamp_min.default",
+        r#"{"self": {"tensor": "i"}, "min": 2}"#,
+    ),
+    (
+        "aten._to_copy.default",
+        r#"{"self": {"tensor": "x"}, "dtype": {"dtype": "bf16"}}"#,
+    ),
+    (
+        "aten._to_copy.default",
+        r#"{"self": {"tensor": "x"}, "dtype": {"dtype": "i64"}}"#,
+    ),
+    (
+        "aten._to_copy.default",
+        r#"{"self": {"tensor": "i"}, "dtype": {"dtype": "bool"}}"#,
+    ),
+    (
+        "aten.sum.dim_IntList",
+        r#"{"self": {"tensor": "x"}, "dim": [-1]}"#,
+    ),
+    (
+        "aten.sum.dim_IntList",
+        r#"{"self": {"tensor": "i"}, "dim": [0], "keepdim": true}"#,
+    ),
+    (
+        "aten.sum.dim_IntList",
+        r#"{"self": {"tensor": "h"}, "dim": null}"#,
+    ),
+    (
+        "aten.mean.dim",
+        r#"{"self": {"tensor": "x"}, "dim": [-1], "keepdim": true}"#,
+    ),
+    ("aten.mean.dim", r#"{"self": {"tensor": "h"}, "dim": [0]}"#),
+    (
+        "aten.amax.default",
+        r#"{"self": {"tensor": "x"}, "dim": [1]}"#,
+    ),
+    (
+        "aten.amax.default",
+        r#"{"self": {"tensor": "x"}, "dim": [0]}"#,
+    ),
+    (
+        "aten.amin.default",
+        r#"{"self": {"tensor": "i"}, "dim": [-1], "keepdim": true}"#,
+    ),
+    ("aten.any.dim", r#"{"self": {"tensor": "m"}, "dim": 1}"#),
+    (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "x"}, "dim": 0}"#,
+    ),
+    (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "m"}, "dim": -1}"#,
+    ),
+    (
+        "aten.cumsum.default",
+        r#"{"self": {"tensor": "z"}, "dim": 1, "dtype": {"dtype": "f64"}}"#,
+    ),
+    (
+        "aten._softmax.default",
+        r#"{"self": {"tensor": "x"}, "dim": -1, "half_to_float": false}"#,
+    ),
+    (
+        "aten._softmax.default",
+        r#"{"self": {"tensor": "h"}, "dim": 0, "half_to_float": false}"#,
+    ),
+    (
+        "aten._log_softmax.default",
+        r#"{"self": {"tensor": "x"}, "dim": 1, "half_to_float": false}"#,
+    ),
+    (
+        "aten.view.default",
+        r#"{"self": {"tensor": "x"}, "size": [-1]}"#,
+    ),
+    (
+        "aten.view.default",
+        r#"{"self": {"tensor": "x"}, "size": [5, "u0"]}"#,
+    ),
+    (
+        "aten.reshape.default",
+        r#"{"self": {"tensor": "i"}, "shape": ["u0", 1, 5]}"#,
+    ),
+    (
+        "aten._unsafe_view.default",
+        r#"{"self": {"tensor": "x"}, "size": ["5*u0"]}"#,
+    ),
+    (
+        "aten.permute.default",
+        r#"{"self": {"tensor": "x"}, "dims": [1, 0]}"#,
+    ),
+    (
+        "aten.permute.default",
+        r#"{"self": {"tensor": "z"}, "dims": [2, 0, 1]}"#,
+    ),
+    (
+        "aten.permute.default",
+        r#"{"self": {"tensor": "z"}, "dims": [1, 2, 0]}"#,
+    ),
+    (
+        "aten.transpose.int",
+        r#"{"self": {"tensor": "z"}, "dim0": 0, "dim1": 2}"#,
+    ),
+    (
+        "aten.sum.dim_IntList",
+        r#"{"self": {"tensor": "z"}, "dim": [0, 2]}"#,
+    ),
+    (
+        "aten.amax.default",
+        r#"{"self": {"tensor": "z"}, "dim": [0, -1], "keepdim": true}"#,
+    ),
+    (
+        "aten.view.default",
+        r#"{"self": {"tensor": "z"}, "size": [6, "u0"]}"#,
+    ),
+    (
+        "aten.view.default",
+        r#"{"self": {"tensor": "z"}, "size": ["3*u0", 2]}"#,
+    ),
+    (
+        "aten.select.int",
+        r#"{"self": {"tensor": "z"}, "dim": 0, "index": 1}"#,
+    ),
+    (
+        "aten._softmax.default",
+        r#"{"self": {"tensor": "z"}, "dim": 1, "half_to_float": false}"#,
+    ),
+    (
+        "aten.transpose.int",
+        r#"{"self": {"tensor": "h"}, "dim0": 0, "dim1": -1}"#,
+    ),
+    ("aten.t.default", r#"{"self": {"tensor": "i"}}"#),
+    (
+        "aten.unsqueeze.default",
+        r#"{"self": {"tensor": "x"}, "dim": 1}"#,
+    ),
+    (
+        "aten.squeeze.dims",
+        r#"{"self": {"tensor": "x"}, "dim": [0]}"#,
+    ),
+    (
+        "aten.expand.default",
+        r#"{"self": {"tensor": "y"}, "size": ["u0", 5]}"#,
+    ),
+    (
+        "aten.expand.default",
+        r#"{"self": {"tensor": "x"}, "size": [2, -1, -1]}"#,
+    ),
+    (
+        "aten.slice.Tensor",
+        r#"{"self": {"tensor": "x"}, "dim": 1, "start": 1, "end": -1}"#,
+    ),
+    (
+        "aten.slice.Tensor",
+        r#"{"self": {"tensor": "x"}, "dim": 0, "start": 1, "end": 9223372036854775807, "step": 2}"#,
+    ),
+    (
+        "aten.slice.Tensor",
+        r#"{"self": {"tensor": "i"}, "dim": 0, "start": -3}"#,
+    ),
+    (
+        "aten.select.int",
+        r#"{"self": {"tensor": "x"}, "dim": 1, "index": -2}"#,
+    ),
+    (
+        "aten.full.default",
+        r#"{"size": ["u0", 2], "fill_value": 1.5}"#,
+    ),
+    (
+        "aten.mm.default",
+        r#"{"self": {"tensor": "x"}, "mat2": {"tensor": "w"}}"#,
+    ),
+    (
+        "aten.bmm.default",
+        r#"{"self": {"tensor": "z"}, "mat2": {"tensor": "bw"}}"#,
+    ),
+    (
+        "aten.addmm.default",
+        r#"{"self": {"tensor": "b4"}, "mat1": {"tensor": "x"}, "mat2": {"tensor": "w"}, "beta": 2, "alpha": 0.5}"#,
+    ),
+    (
+        "aten.addmm.default",
+        r#"{"self": {"tensor": "b4"}, "mat1": {"tensor": "x"}, "mat2": {"tensor": "w"}}"#,
+    ),
+    (
+        "aten.full_like.default",
+        r#"{"self": {"tensor": "i"}, "fill_value": 7}"#,
+    ),
+    (
+        "aten.scalar_tensor.default",
+        r#"{"s": 3, "dtype": {"dtype": "f32"}}"#,
+    ),
+    (
+        "aten.arange.start_step",
+        r#"{"start": 0, "end": "u0", "step": 2}"#,
+    ),
+    (
+        "aten.arange.default",
+        r#"{"end": "u0 + 3", "dtype": {"dtype": "f32"}}"#,
+    ),
+    (
+        "aten.histc.default",
+        r#"{"self": {"tensor": "x"}, "bins": 5, "min": -1, "max": 1.5}"#,
+    ),
+    // Fractions are true (0.5 → true), as in ATen.
+    (
+        "aten._to_copy.default",
+        r#"{"self": {"tensor": "x"}, "dtype": {"dtype": "bool"}}"#,
+    ),
+    ("aten.histc.default", r#"{"self": {"tensor": "h"}}"#),
+    (
+        "aten.empty_permuted.default",
+        r#"{"size": [2, "u0"], "physical_layout": [1, 0]}"#,
+    ),
+    (
+        "aten._grouped_mm.default",
+        r#"{"self": {"tensor": "z"}, "mat2": {"tensor": "bw"}}"#,
+    ),
+];

@@ -1,0 +1,421 @@
+//! Running a compiled schedule natively: storage from the memory plan, kernels over rows split
+//! across threads, matmuls in `matmul`, other library steps through the interpreter.
+
+use guardless_codegen::schedule::Step;
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::interp::RunError;
+use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Layout, Program};
+use guardless_ir::sym::{Bindings, SymbolId};
+use guardless_ir::tensor::{Data, HostTensor};
+
+use super::jit::{shape_of, Jit};
+use super::memory::{self, Block, Either};
+use super::{CpuProgram, RunOptions};
+
+fn fail(buf: &Buffer, message: String) -> RunError {
+    RunError::Buffer {
+        buffer: buf.name.clone(),
+        origins: buf.origins.join(", "),
+        message,
+    }
+}
+
+struct State<'p> {
+    p: &'p Program,
+    b: Bindings,
+    blocks: Vec<Block>,
+    home: Vec<usize>,
+    syms: Vec<i64>,
+    poison: bool,
+}
+
+impl State<'_> {
+    fn eval(&self, buf: &Buffer, e: guardless_ir::sym::Expr) -> Result<i64, RunError> {
+        self.p
+            .env
+            .evaluate(e, &self.b)
+            .map_err(|x| fail(buf, x.to_string()))
+    }
+
+    fn sizes(&self, buf: &Buffer) -> Result<Vec<i64>, RunError> {
+        buf.layout
+            .sizes
+            .iter()
+            .map(|&s| self.eval(buf, s))
+            .collect()
+    }
+
+    /// Offset and strides of a layout at the current values.
+    fn strides(&self, buf: &Buffer, l: &Layout) -> Result<(i64, Vec<i64>), RunError> {
+        let off = self.eval(buf, l.offset)?;
+        let st = l
+            .strides
+            .iter()
+            .map(|&s| self.eval(buf, s))
+            .collect::<Result<_, _>>()?;
+        Ok((off, st))
+    }
+
+    /// Storage for `id` before it is written: at least its extent, in its home block.
+    fn allocate(&mut self, id: BufferId) -> Result<(), RunError> {
+        let buf = &self.p.buffers[id.index()];
+        let bytes = self.extent(id)? * buf.dtype.size();
+        let h = self.home[id.index()];
+        self.blocks[h].ensure(bytes.max(8), self.poison);
+        Ok(())
+    }
+
+    /// The elements `id`'s layout spans (0 when empty).
+    fn extent(&self, id: BufferId) -> Result<usize, RunError> {
+        let buf = &self.p.buffers[id.index()];
+        let sizes = self.sizes(buf)?;
+        let (off, strides) = self.strides(buf, &buf.layout)?;
+        let mut extent = off + 1;
+        let mut empty = false;
+        for (&s, &st) in sizes.iter().zip(&strides) {
+            if s <= 0 {
+                empty = true;
+            }
+            extent += (s - 1).max(0) * st.max(0);
+        }
+        if off < 0 || strides.iter().any(|&s| s < 0) {
+            return Err(fail(buf, "a negative stride or offset".into()));
+        }
+        Ok(if empty { 0 } else { extent.max(0) as usize })
+    }
+
+    fn refresh_symbols(&mut self) {
+        let env = &self.p.env;
+        for (i, v) in self.syms.iter_mut().enumerate() {
+            *v = env
+                .symbol_value(SymbolId::from_index(i), &self.b)
+                .unwrap_or(0);
+        }
+    }
+
+    fn pointers(&mut self) -> Vec<*mut u8> {
+        (0..self.p.buffers.len())
+            .map(|i| {
+                let blk = &mut self.blocks[self.home[i]];
+                if blk.bytes() == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    blk.ptr()
+                }
+            })
+            .collect()
+    }
+
+    /// Every element of `id` in row-major order, read through its layout.
+    fn elements(&self, id: BufferId) -> Result<(Vec<usize>, Data), RunError> {
+        let buf = &self.p.buffers[id.index()];
+        let sizes = self.sizes(buf)?;
+        let (off, strides) = self.strides(buf, &buf.layout)?;
+        let shape: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
+        let numel: usize = shape.iter().product();
+        let bytes = self.blocks[self.home[id.index()]].as_bytes();
+        let mut idx = vec![0usize; shape.len()];
+        let (mut fs, mut is) = (Vec::new(), Vec::new());
+        for _ in 0..numel {
+            let at = off
+                + idx
+                    .iter()
+                    .zip(&strides)
+                    .map(|(&i, &s)| i as i64 * s)
+                    .sum::<i64>();
+            if at < 0 || (at as usize + 1) * buf.dtype.size() > bytes.len() {
+                return Err(fail(buf, format!("read out of bounds at {at}")));
+            }
+            match memory::read(bytes, buf.dtype, at as usize) {
+                Either::F(x) => fs.push(x),
+                Either::I(x) => is.push(x),
+            }
+            for k in (0..shape.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        let data = if buf.dtype.is_float() {
+            Data::Float(fs)
+        } else {
+            Data::Int(is)
+        };
+        Ok((shape, data))
+    }
+}
+
+pub(super) fn run(
+    cp: &CpuProgram,
+    jit: &Jit,
+    inputs: &[HostTensor],
+    bindings: &Bindings,
+    options: &RunOptions,
+) -> Result<Vec<HostTensor>, RunError> {
+    let p = &cp.program;
+    let s = &cp.schedule;
+    p.env
+        .check_bindings(bindings)
+        .map_err(|e| RunError::Assert(e.to_string()))?;
+    let n = p.buffers.len();
+    let slots = s.memory.slots.len();
+    let mut slot_of = vec![None; n];
+    for a in &s.memory.allocations {
+        slot_of[a.buffer.index()] = a.slot;
+    }
+    let home = (0..n)
+        .map(|i| {
+            let root = p.storage_root(BufferId(i as u32)).index();
+            match slot_of[root] {
+                Some(s) => s,
+                None => slots + root,
+            }
+        })
+        .collect();
+    let mut st = State {
+        p,
+        b: bindings.clone(),
+        blocks: (0..slots + n).map(|_| Block::default()).collect(),
+        home,
+        syms: vec![0; p.env.pool().symbol_count()],
+        poison: options.poison,
+    };
+    st.refresh_symbols();
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        t => t,
+    };
+    for step in &s.steps {
+        match step {
+            Step::Input(id) => input(&mut st, *id, inputs)?,
+            Step::View(_) => {}
+            Step::Kernel(ki) => kernel(&mut st, cp, jit, *ki, threads)?,
+            Step::Library(id) => library(&mut st, *id)?,
+        }
+    }
+    let mut outs = Vec::with_capacity(p.outputs.len());
+    for &o in &p.outputs {
+        let (shape, data) = st.elements(o)?;
+        outs.push(HostTensor {
+            dtype: p.buffers[o.index()].dtype,
+            shape,
+            data,
+        });
+    }
+    Ok(outs)
+}
+
+fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<(), RunError> {
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    let BufferKind::Input(k) = buf.kind else {
+        unreachable!("an input step")
+    };
+    let t = inputs.get(k).ok_or(RunError::Input {
+        index: k,
+        message: "missing".into(),
+    })?;
+    let sizes = st.sizes(buf)?;
+    let numel: i64 = sizes.iter().product();
+    if t.numel() as i64 != numel {
+        return Err(RunError::Input {
+            index: k,
+            message: format!("{} elements, expected {numel}", t.numel()),
+        });
+    }
+    st.allocate(id)?;
+    let (off, strides) = st.strides(buf, &buf.layout)?;
+    let h = st.home[id.index()];
+    let bytes = st.blocks[h].as_bytes_mut();
+    let mut idx = vec![0i64; sizes.len()];
+    for e in 0..numel.max(0) as usize {
+        let at = off + idx.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<i64>();
+        let v = match &t.data {
+            Data::Float(v) => Either::F(v[e]),
+            Data::Int(v) => Either::I(v[e]),
+        };
+        let v = match (v, buf.dtype.is_float()) {
+            (Either::F(x), false) => Either::I(x as i64),
+            (v, _) => v,
+        };
+        memory::write(bytes, buf.dtype, at as usize, v);
+        for d in (0..sizes.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+struct SendPtr(*const *mut u8, *const i64);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+fn kernel(
+    st: &mut State,
+    cp: &CpuProgram,
+    jit: &Jit,
+    ki: usize,
+    threads: usize,
+) -> Result<(), RunError> {
+    let p = st.p;
+    let k = &cp.schedule.kernels[ki];
+    let first = &p.buffers[k.members[0].buffer.index()];
+    for m in &k.members {
+        if m.stored.is_some() {
+            st.allocate(m.buffer)?;
+        }
+    }
+    let shape = shape_of(k);
+    let mut rows = 1i64;
+    for &d in &shape.row_dims {
+        rows = rows.saturating_mul(st.eval(first, d)?.max(0));
+    }
+    let mut len = 1i64;
+    for &d in &shape.elem_dims {
+        len = len.saturating_mul(st.eval(first, d)?.max(0));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let ptrs = st.pointers();
+    let f = jit.kernels[ki];
+    let parts = if rows >= 2 && threads > 1 && rows.saturating_mul(len) >= 1 << 15 {
+        threads.min(rows as usize)
+    } else {
+        1
+    };
+    let args = SendPtr(ptrs.as_ptr(), st.syms.as_ptr());
+    // Per part: the error code and the values its message shows.
+    let mut errs = vec![[0i64; 4]; parts];
+    if parts == 1 {
+        unsafe { f(args.0, args.1, 0, rows, errs[0].as_mut_ptr()) };
+    } else {
+        let per = (rows as usize).div_ceil(parts) as i64;
+        std::thread::scope(|sc| {
+            for (t, e) in errs.iter_mut().enumerate() {
+                let args = &args;
+                let (begin, end) = (t as i64 * per, ((t as i64 + 1) * per).min(rows));
+                sc.spawn(move || unsafe { f(args.0, args.1, begin, end, e.as_mut_ptr()) });
+            }
+        });
+    }
+    if let Some(e) = errs.iter().find(|e| e[0] != 0) {
+        let (buffer, origins, mut message) = jit.errors[e[0] as usize - 1].clone();
+        for k in 0..3 {
+            message = message.replace(&format!("{{{k}}}"), &e[k + 1].to_string());
+        }
+        return Err(RunError::Buffer {
+            buffer,
+            origins,
+            message,
+        });
+    }
+    Ok(())
+}
+
+fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    if let BufferKind::Extern { kernel, inputs } = &buf.kind {
+        if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
+            && buf.dtype.is_float()
+            && inputs
+                .iter()
+                .all(|i| p.buffers[i.index()].dtype == buf.dtype)
+        {
+            return matmul(st, id, *kernel, inputs);
+        }
+    }
+    let reads = p.library_reads(id);
+    let mut values = Vec::with_capacity(reads.len());
+    for r in reads {
+        let rb = &p.buffers[r.index()];
+        let blk = &st.blocks[st.home[r.index()]];
+        let n = st.extent(r)?.min(blk.bytes() / rb.dtype.size());
+        values.push((r, memory::to_data(blk.as_bytes(), rb.dtype, n)));
+    }
+    let data = p.run_library_step(id, &values, &mut st.b)?;
+    st.refresh_symbols();
+    if matches!(buf.kind, BufferKind::Item { .. }) {
+        return Ok(());
+    }
+    st.allocate(id)?;
+    let h = st.home[id.index()];
+    let need = match &data {
+        Data::Float(v) => v.len(),
+        Data::Int(v) => v.len(),
+    } * buf.dtype.size();
+    if st.blocks[h].bytes() < need {
+        st.blocks[h].ensure(need, false);
+    }
+    memory::from_data(st.blocks[h].as_bytes_mut(), buf.dtype, &data);
+    Ok(())
+}
+
+fn matmul(
+    st: &mut State,
+    id: BufferId,
+    kernel: ExternKernel,
+    inputs: &[BufferId],
+) -> Result<(), RunError> {
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    st.allocate(id)?;
+    let view = |st: &State, b: BufferId| -> Result<(Vec<i64>, i64, Vec<i64>), RunError> {
+        let x = &p.buffers[b.index()];
+        let sizes = st.sizes(x)?;
+        let (off, strides) = st.strides(x, &x.layout)?;
+        Ok((sizes, off, strides))
+    };
+    let (sa, oa, ta) = view(st, inputs[0])?;
+    let (sb, ob, tb) = view(st, inputs[1])?;
+    let (so, oo, to) = view(st, id)?;
+    let batched = kernel == ExternKernel::Bmm;
+    let r = usize::from(batched);
+    if sa.len() != 2 + r || sb.len() != 2 + r || sa[1 + r] != sb[r] {
+        return Err(fail(buf, format!("{} of {sa:?} by {sb:?}", kernel.name())));
+    }
+    let batches = if batched { sa[0] } else { 1 };
+    let mat = |rows: i64, cols: i64, off: i64, rs: i64, cs: i64| super::matmul::Mat {
+        rows: rows as usize,
+        cols: cols as usize,
+        rs: rs as isize,
+        cs: cs as isize,
+        offset: off as isize,
+    };
+    let pa = st.blocks[st.home[inputs[0].index()]].ptr() as *const u8;
+    let pb = st.blocks[st.home[inputs[1].index()]].ptr() as *const u8;
+    let po = st.blocks[st.home[id.index()]].ptr();
+    let dtype: DType = buf.dtype;
+    for g in 0..batches.max(0) {
+        let (ga, gb, go) = if batched {
+            (oa + g * ta[0], ob + g * tb[0], oo + g * to[0])
+        } else {
+            (oa, ob, oo)
+        };
+        let a = mat(sa[r], sa[r + 1], ga, ta[r], ta[r + 1]);
+        let b = mat(sb[r], sb[r + 1], gb, tb[r], tb[r + 1]);
+        let o = mat(so[r], so[r + 1], go, to[r], to[r + 1]);
+        if a.cols == 0 {
+            // An empty inner dimension: the product is zeros.
+            let h = st.home[id.index()];
+            let bytes = st.blocks[h].as_bytes_mut();
+            for i in 0..o.rows as isize {
+                for j in 0..o.cols as isize {
+                    let at = (o.offset + i * o.rs + j * o.cs) as usize;
+                    memory::write(bytes, dtype, at, Either::F(0.0));
+                }
+            }
+            continue;
+        }
+        // Layouts were checked against their storage when allocated and read.
+        unsafe { super::matmul::gemm(dtype, (pa, a), (pb, b), (po, o)) };
+    }
+    Ok(())
+}
