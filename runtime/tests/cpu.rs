@@ -137,3 +137,35 @@ fn a_data_dependent_error_names_the_buffer() {
         "{err}"
     );
 }
+
+#[test]
+fn exp_is_within_two_ulp_everywhere() {
+    // The backend's inline f32 exp over its whole range, subnormal results, overflow and NaN.
+    let g = one_op("aten.exp.default", r#"{"self": {"tensor": "x"}}"#);
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let rows = 100_000usize;
+    let mut xs: Vec<f64> = (0..rows * 5)
+        .map(|i| -110.0 + 200.0 * i as f64 / (rows * 5) as f64)
+        .collect();
+    xs[..6].copy_from_slice(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 88.72]);
+    let b = bindings_of("exp", &g, &[("u0", rows as i64)]);
+    let mut inputs = random_inputs(&g, &b, 0, (0, 4));
+    let x = g.inputs.iter().position(|i| i.name == "x").unwrap();
+    inputs[x] = guardless_ir::tensor::HostTensor::from_f64(guardless_ir::graph::DType::F32, &[rows, 5], &xs);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let got = cpu.run(&inputs, &b, &poisoned()).unwrap();
+    let mut worst = 0u32;
+    for (i, &x) in xs.iter().enumerate() {
+        let x = x as f32;
+        let want = (x as f64).exp() as f32;
+        let g = got[0].get_f64(i) as f32;
+        if want.is_nan() {
+            assert!(g.is_nan(), "exp({x}) = {g}");
+            continue;
+        }
+        let ulp = (g.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
+        worst = worst.max(ulp);
+        assert!(ulp <= 2, "exp({x}) = {g}, correctly rounded {want} ({ulp} ulp)");
+    }
+    eprintln!("exp: worst {worst} ulp");
+}

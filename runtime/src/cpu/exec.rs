@@ -147,13 +147,22 @@ impl State<'_> {
     }
 }
 
-pub(super) fn run(
-    cp: &CpuProgram,
-    jit: &Jit,
+/// A prepared call: inputs in native storage, ready to execute (repeatedly, for benchmarks).
+pub struct Session<'p> {
+    cp: &'p CpuProgram,
+    jit: &'p Jit,
+    st: State<'p>,
+    given: Bindings,
+    threads: usize,
+}
+
+pub(super) fn session<'p>(
+    cp: &'p CpuProgram,
+    jit: &'p Jit,
     inputs: &[HostTensor],
     bindings: &Bindings,
     options: &RunOptions,
-) -> Result<Vec<HostTensor>, RunError> {
+) -> Result<Session<'p>, RunError> {
     let p = &cp.program;
     let s = &cp.schedule;
     p.env
@@ -183,28 +192,53 @@ pub(super) fn run(
         poison: options.poison,
     };
     st.refresh_symbols();
+    for step in &s.steps {
+        if let Step::Input(id) = step {
+            input(&mut st, *id, inputs)?;
+        }
+    }
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
     };
-    for step in &s.steps {
-        match step {
-            Step::Input(id) => input(&mut st, *id, inputs)?,
-            Step::View(_) => {}
-            Step::Kernel(ki) => kernel(&mut st, cp, jit, *ki, threads)?,
-            Step::Library(id) => library(&mut st, *id)?,
+    Ok(Session {
+        cp,
+        jit,
+        st,
+        given: bindings.clone(),
+        threads,
+    })
+}
+
+impl Session<'_> {
+    /// Runs every step after the inputs.
+    pub fn execute(&mut self) -> Result<(), RunError> {
+        self.st.b = self.given.clone();
+        self.st.refresh_symbols();
+        for step in &self.cp.schedule.steps {
+            match step {
+                Step::Input(_) | Step::View(_) => {}
+                Step::Kernel(ki) => kernel(&mut self.st, self.cp, self.jit, *ki, self.threads)?,
+                Step::Library(id) => library(&mut self.st, *id)?,
+            }
         }
+        Ok(())
     }
-    let mut outs = Vec::with_capacity(p.outputs.len());
-    for &o in &p.outputs {
-        let (shape, data) = st.elements(o)?;
-        outs.push(HostTensor {
-            dtype: p.buffers[o.index()].dtype,
-            shape,
-            data,
-        });
+
+    /// The graph's outputs of the last execution.
+    pub fn outputs(&self) -> Result<Vec<HostTensor>, RunError> {
+        let p = self.st.p;
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for &o in &p.outputs {
+            let (shape, data) = self.st.elements(o)?;
+            outs.push(HostTensor {
+                dtype: p.buffers[o.index()].dtype,
+                shape,
+                data,
+            });
+        }
+        Ok(outs)
     }
-    Ok(outs)
 }
 
 fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<(), RunError> {

@@ -13,6 +13,9 @@ mod matmul;
 #[cfg(feature = "llvm")]
 mod memory;
 
+#[cfg(feature = "llvm")]
+pub use exec::Session;
+
 use guardless_codegen::schedule::{schedule, Schedule};
 use guardless_ir::loop_ir::interp::RunError;
 use guardless_ir::loop_ir::Program;
@@ -69,6 +72,17 @@ impl CpuProgram {
         }
     }
 
+    /// Loads `inputs` into native storage for [`Session::execute`] (which may run repeatedly).
+    #[cfg(feature = "llvm")]
+    pub fn session(
+        &self,
+        inputs: &[HostTensor],
+        bindings: &Bindings,
+        options: &RunOptions,
+    ) -> Result<Session<'_>, RunError> {
+        exec::session(self, &self.jit, inputs, bindings, options)
+    }
+
     /// Runs the program on `inputs` (in graph input order); `bindings` gives every graph symbol
     /// the inputs do not determine.
     pub fn run(
@@ -79,7 +93,9 @@ impl CpuProgram {
     ) -> Result<Vec<HostTensor>, RunError> {
         #[cfg(feature = "llvm")]
         {
-            exec::run(self, &self.jit, inputs, bindings, options)
+            let mut s = self.session(inputs, bindings, options)?;
+            s.execute()?;
+            s.outputs()
         }
         #[cfg(not(feature = "llvm"))]
         {

@@ -194,6 +194,10 @@ impl Jit {
         module
             .run_passes("default<O3>", &machine, PassBuilderOptions::create())
             .map_err(llvm)?;
+        // For inspecting what LLVM made of the kernels (vectorized loops, calls left).
+        if let Some(path) = std::env::var_os("GUARDLESS_LLVM_IR") {
+            module.print_to_file(path).map_err(llvm)?;
+        }
         let engine = module
             .create_jit_execution_engine(OptimizationLevel::Aggressive)
             .map_err(llvm)?;
