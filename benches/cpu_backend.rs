@@ -26,8 +26,18 @@ fn graphs() -> Vec<(&'static str, Graph, i64, usize)> {
     let rms = example("rms_norm.unbacked").replace("\"bf16\"", "\"f32\"");
     let softmax = example("softmax.unbacked").replace("1000\n", "32000\n");
     vec![
-        ("rms_norm f32 [4096, 4096]", Graph::from_json(&rms).unwrap(), 4096, 4096),
-        ("softmax f32 [4096, 32000]", Graph::from_json(&softmax).unwrap(), 4096, 32000),
+        (
+            "rms_norm f32 [4096, 4096]",
+            Graph::from_json(&rms).unwrap(),
+            4096,
+            4096,
+        ),
+        (
+            "softmax f32 [4096, 32000]",
+            Graph::from_json(&softmax).unwrap(),
+            4096,
+            32000,
+        ),
     ]
 }
 

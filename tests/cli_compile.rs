@@ -109,3 +109,36 @@ fn out_dir_holds_the_compiled_artifact() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn llvm_ptx_is_a_second_ptx_path() {
+    let g = format!(
+        "{}/examples/graphs/softmax.unbacked.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &g, "--codegen", "llvm-ptx", "--emit", "ptx"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    if cfg!(feature = "llvm") {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(".version 8.5") && text.contains(".entry k0_"),
+            "{text}"
+        );
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("no LLVM"), "{err}");
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &g, "--codegen", "llvm-ptx", "--emit", "cuda"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not CUDA C"));
+}

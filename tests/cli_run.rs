@@ -1,4 +1,4 @@
-//! `guardless run GRAPH --device reference`, as a user runs it.
+//! `guardless run GRAPH --device cpu|auto|reference`, as a user runs it.
 
 use std::process::Command;
 
@@ -36,6 +36,8 @@ fn run_on_files_matches_the_reference_and_saves_outputs() {
     let (ok, out, err) = guardless(&[
         "run",
         &path,
+        "--device",
+        "reference",
         "--inputs",
         inputs.to_str().unwrap(),
         "--save-outputs",
@@ -55,6 +57,33 @@ fn run_on_files_matches_the_reference_and_saves_outputs() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn the_cpu_backend_runs_by_default_and_checks_against_the_reference() {
+    for device in ["cpu", "auto"] {
+        let (ok, out, err) = guardless(&[
+            "run",
+            &example("softmax.unbacked.json"),
+            "--random",
+            "--bind",
+            "n=37",
+            "--device",
+            device,
+            "--check",
+        ]);
+        assert!(ok, "{err}");
+        assert!(out.starts_with("compiled for the CPU ("), "{out}");
+        assert!(out.contains("ran on cpu in"), "{out}");
+        // softmax rows sum to one; the largest difference from the reference is printed.
+        let diff: f64 = out
+            .split("from the reference ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no difference in {out}"));
+        assert!(diff < 1e-6, "{out}");
+    }
+}
+
 fn reference_inputs(path: &std::path::Path) -> Vec<HostTensor> {
     let mut all = tensor_io::read(path).unwrap();
     vec![all.remove("x").unwrap(), all.remove("w").unwrap()]
@@ -72,7 +101,10 @@ fn random_inputs_take_bound_sizes() {
         "n=3",
     ]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("out: bf16[3, 4096]"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("out: bf16[3, 4096]")),
+        "{out}"
+    );
     let (ok, out, _) = guardless(&[
         "run",
         &example("rms_norm.unbacked.json"),
@@ -80,7 +112,12 @@ fn random_inputs_take_bound_sizes() {
         "--bind",
         "n=0",
     ]);
-    assert!(ok && out.starts_with("out: bf16[0, 4096] (empty)"), "{out}");
+    assert!(
+        ok && out
+            .lines()
+            .any(|l| l.starts_with("out: bf16[0, 4096] (empty)")),
+        "{out}"
+    );
 }
 
 #[test]
@@ -99,7 +136,11 @@ fn bad_run_requests_are_clear_errors() {
         ),
         (
             &["run", &g, "--random", "--device", "cuda"],
-            "only 'reference'",
+            "no GPU runtime yet",
+        ),
+        (
+            &["run", &g, "--random", "--device", "tpu"],
+            "expected cpu, cuda, auto or reference",
         ),
     ];
     for (args, want) in cases {

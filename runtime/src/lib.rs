@@ -4,3 +4,5 @@
 pub use guardless_codegen as codegen;
 
 pub mod cpu;
+#[cfg(feature = "llvm")]
+pub mod llvm;

@@ -151,7 +151,11 @@ fn exp_is_within_two_ulp_everywhere() {
     let b = bindings_of("exp", &g, &[("u0", rows as i64)]);
     let mut inputs = random_inputs(&g, &b, 0, (0, 4));
     let x = g.inputs.iter().position(|i| i.name == "x").unwrap();
-    inputs[x] = guardless_ir::tensor::HostTensor::from_f64(guardless_ir::graph::DType::F32, &[rows, 5], &xs);
+    inputs[x] = guardless_ir::tensor::HostTensor::from_f64(
+        guardless_ir::graph::DType::F32,
+        &[rows, 5],
+        &xs,
+    );
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let got = cpu.run(&inputs, &b, &poisoned()).unwrap();
     let mut worst = 0u32;
@@ -165,7 +169,10 @@ fn exp_is_within_two_ulp_everywhere() {
         }
         let ulp = (g.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
         worst = worst.max(ulp);
-        assert!(ulp <= 2, "exp({x}) = {g}, correctly rounded {want} ({ulp} ulp)");
+        assert!(
+            ulp <= 2,
+            "exp({x}) = {g}, correctly rounded {want} ({ulp} ulp)"
+        );
     }
     eprintln!("exp: worst {worst} ulp");
 }

@@ -1,10 +1,13 @@
-//! `guardless compile GRAPH --emit schedule,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]`:
+//! `guardless compile GRAPH --emit schedule,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]
+//! [--codegen cuda|llvm-ptx]`:
 //! the scheduler's decisions as text, the launch manifest (JSON), the generated CUDA C, and the
 //! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
 //! (`schedule.txt`, `manifest.json`, `kernels.cu` with `kernels.json` — each variant's function,
 //! parameters and error messages —, `kernels.ptx`, `kernels.cubin`, `compile.log`); without, the
 //! one requested product is printed. NVRTC results go through the disk cache
 //! (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
+//! `--codegen llvm-ptx` makes the PTX through LLVM's NVPTX backend instead (`kernels.llvm.ptx`,
+//! one thread per row): a cross-check of the code generator, not the GPU path.
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +23,11 @@ pub fn run(
     emit: &str,
     out_dir: Option<&PathBuf>,
     arch: &str,
+    codegen: &str,
 ) -> Result<String, String> {
+    if !matches!(codegen, "cuda" | "llvm-ptx") {
+        return Err(format!("--codegen {codegen}: expected cuda or llvm-ptx"));
+    }
     let wanted: Vec<&str> = emit.split(',').map(str::trim).collect();
     if let Some(w) = wanted.iter().find(|w| !PRODUCTS.contains(w)) {
         return Err(format!(
@@ -43,7 +50,17 @@ pub fn run(
         let m = serde_json::to_string_pretty(&s.manifest(&program)).map_err(|e| e.to_string())?;
         files.push(("manifest.json".to_string(), m.into_bytes()));
     }
-    if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
+    if codegen == "llvm-ptx" {
+        if wanted.contains(&"cuda") {
+            return Err("--codegen llvm-ptx makes PTX, not CUDA C: drop cuda from --emit".into());
+        }
+        if wanted.contains(&"ptx") {
+            files.push((
+                "kernels.llvm.ptx".to_string(),
+                llvm_ptx(&mut program, &s, arch, path)?,
+            ));
+        }
+    } else if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
         let module = generate(&mut program, &s);
         if wanted.contains(&"cuda") {
             files.push(("kernels.cu".to_string(), module.source.clone().into_bytes()));
@@ -95,4 +112,27 @@ pub fn run(
             Ok(format!("wrote {}\n", written.join(", ")))
         }
     }
+}
+
+/// PTX through LLVM's NVPTX backend (a cross-check of the code generator; feature `llvm`).
+#[cfg(feature = "llvm")]
+fn llvm_ptx(
+    program: &mut guardless_ir::loop_ir::Program,
+    s: &guardless_codegen::schedule::Schedule,
+    arch: &str,
+    path: &Path,
+) -> Result<Vec<u8>, String> {
+    let m = guardless_runtime::llvm::ptx::generate(program, s, arch)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(m.ptx.into_bytes())
+}
+
+#[cfg(not(feature = "llvm"))]
+fn llvm_ptx(
+    _: &mut guardless_ir::loop_ir::Program,
+    _: &guardless_codegen::schedule::Schedule,
+    _: &str,
+    _: &Path,
+) -> Result<Vec<u8>, String> {
+    Err("--codegen llvm-ptx: this build has no LLVM (build with --features llvm)".into())
 }

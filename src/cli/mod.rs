@@ -53,6 +53,10 @@ pub enum Command {
         /// The GPU architecture NVRTC compiles for.
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// What makes the PTX: `cuda` (the generated CUDA C through NVRTC) or `llvm-ptx` (the
+        /// CPU backend's kernels through LLVM's NVPTX backend, a cross-check; feature `llvm`).
+        #[arg(long, default_value = "cuda")]
+        codegen: String,
     },
     /// Run a graph on given or random inputs and print a summary of its outputs.
     Run(run::RunArgs),
@@ -71,7 +75,8 @@ pub fn run(cli: Cli) -> Result<String, String> {
             emit,
             out_dir,
             arch,
-        } => compile::run(&graph, &emit, out_dir.as_ref(), &arch),
+            codegen,
+        } => compile::run(&graph, &emit, out_dir.as_ref(), &arch, &codegen),
         Command::Run(args) => run::run(args),
     }
 }

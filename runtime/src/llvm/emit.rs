@@ -820,7 +820,11 @@ impl<'a, 'c> Emitter<'a, 'c> {
             UnaryOp::Erf => call(self, "gl_erff", "gl_erf", x)?,
             UnaryOp::Sigmoid => {
                 let n = b.build_float_neg(x, "")?;
-                let e = if f64_ { call(self, "gl_expf", "gl_exp", n)? } else { self.exp_f32(n)? };
+                let e = if f64_ {
+                    call(self, "gl_expf", "gl_exp", n)?
+                } else {
+                    self.exp_f32(n)?
+                };
                 let den = b.build_float_add(one, e, "")?;
                 b.build_float_div(one, den, "")?
             }
@@ -835,45 +839,8 @@ impl<'a, 'c> Emitter<'a, 'c> {
         }))
     }
 
-    /// `exp` of an f32 inline, so that loops over it vectorize: Cody–Waite reduction by ln 2
-    /// and Cephes' degree-6 polynomial (within 2 ulp of the correctly rounded value over the
-    /// whole range), scaled by 2^n in two steps so that subnormal results stay accurate.
     fn exp_f32(&mut self, x: FloatValue<'c>) -> R<FloatValue<'c>> {
-        let b = self.b;
-        let f = self.cx.f32_type();
-        let i32t = self.cx.i32_type();
-        let c = |v: f64| f.const_float(v);
-        let t = b.build_float_mul(x, c(std::f64::consts::LOG2_E), "")?;
-        let t = b.build_float_add(t, c(0.5), "")?;
-        let n = self.intrinsic("llvm.floor", f.into(), &[t.into()])?.into_float_value();
-        // n in [-252, 254]: outside it the result is 0 or infinity anyway (handled below).
-        let n = self.intrinsic("llvm.maxnum", f.into(), &[n.into(), c(-252.0).into()])?.into_float_value();
-        let n = self.intrinsic("llvm.minnum", f.into(), &[n.into(), c(254.0).into()])?.into_float_value();
-        let r = b.build_float_sub(x, b.build_float_mul(n, c(0.693_359_375), "")?, "")?;
-        let r = b.build_float_sub(r, b.build_float_mul(n, c(-2.121_944_4e-4), "")?, "")?;
-        let mut p = c(1.987_569_150_0e-4);
-        for k in [1.398_199_950_7e-3, 8.333_451_907_3e-3, 4.166_579_589_4e-2, 1.666_666_545_9e-1, 5.000_000_120_1e-1] {
-            p = b.build_float_add(b.build_float_mul(p, r, "")?, c(k), "")?;
-        }
-        let r2 = b.build_float_mul(r, r, "")?;
-        let y = b.build_float_add(b.build_float_mul(p, r2, "")?, r, "")?;
-        let y = b.build_float_add(y, c(1.0), "")?;
-        let ni = b.build_float_to_signed_int(n, i32t, "")?;
-        let half = b.build_right_shift(ni, i32t.const_int(1, false), true, "")?;
-        let rest = b.build_int_sub(ni, half, "")?;
-        let scale = |e: IntValue<'c>| -> R<FloatValue<'c>> {
-            let e = b.build_int_add(e, i32t.const_int(127, false), "")?;
-            let e = b.build_left_shift(e, i32t.const_int(23, false), "")?;
-            Ok(b.build_bit_cast(e, f, "")?.into_float_value())
-        };
-        let y = b.build_float_mul(y, scale(half)?, "")?;
-        let y = b.build_float_mul(y, scale(rest)?, "")?;
-        let big = b.build_float_compare(FloatPredicate::OGT, x, c(88.722_839), "")?;
-        let y = b.build_select(big, c(f64::INFINITY), y, "")?.into_float_value();
-        let small = b.build_float_compare(FloatPredicate::OLT, x, c(-103.972_084), "")?;
-        let y = b.build_select(small, c(0.0), y, "")?.into_float_value();
-        let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "")?;
-        Ok(b.build_select(nan, x, y, "")?.into_float_value())
+        build_exp_f32(self.cx, self.module, self.b, x)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1015,4 +982,69 @@ impl<'a, 'c> Emitter<'a, 'c> {
             BitOr => Val::I(b.build_or(ix, iy, "")?),
         })
     }
+}
+
+/// `exp` of an f32 inline, so that loops over it vectorize: Cody–Waite reduction by ln 2
+/// and Cephes' degree-6 polynomial (within 2 ulp of the correctly rounded value over the
+/// whole range), scaled by 2^n in two steps so that subnormal results stay accurate.
+pub fn build_exp_f32<'c>(
+    cx: &'c Context,
+    module: &Module<'c>,
+    b: &Builder<'c>,
+    x: FloatValue<'c>,
+) -> R<FloatValue<'c>> {
+    let f = cx.f32_type();
+    let i32t = cx.i32_type();
+    let intrinsic = |name: &str, args: &[BasicValueEnum<'c>]| -> R<FloatValue<'c>> {
+        let d = Intrinsic::find(name)
+            .expect("an LLVM intrinsic")
+            .get_declaration(module, &[f.into()])
+            .expect("declared");
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        Ok(b.build_call(d, &args, "")?
+            .try_as_basic_value()
+            .basic()
+            .expect("a value")
+            .into_float_value())
+    };
+    let c = |v: f64| f.const_float(v);
+    let t = b.build_float_mul(x, c(std::f64::consts::LOG2_E), "")?;
+    let t = b.build_float_add(t, c(0.5), "")?;
+    let n = intrinsic("llvm.floor", &[t.into()])?;
+    // n in [-252, 254]: outside it the result is 0 or infinity anyway (handled below).
+    let n = intrinsic("llvm.maxnum", &[n.into(), c(-252.0).into()])?;
+    let n = intrinsic("llvm.minnum", &[n.into(), c(254.0).into()])?;
+    let r = b.build_float_sub(x, b.build_float_mul(n, c(0.693_359_375), "")?, "")?;
+    let r = b.build_float_sub(r, b.build_float_mul(n, c(-2.121_944_4e-4), "")?, "")?;
+    let mut p = c(1.987_569_150_0e-4);
+    for k in [
+        1.398_199_950_7e-3,
+        8.333_451_907_3e-3,
+        4.166_579_589_4e-2,
+        1.666_666_545_9e-1,
+        5.000_000_120_1e-1,
+    ] {
+        p = b.build_float_add(b.build_float_mul(p, r, "")?, c(k), "")?;
+    }
+    let r2 = b.build_float_mul(r, r, "")?;
+    let y = b.build_float_add(b.build_float_mul(p, r2, "")?, r, "")?;
+    let y = b.build_float_add(y, c(1.0), "")?;
+    let ni = b.build_float_to_signed_int(n, i32t, "")?;
+    let half = b.build_right_shift(ni, i32t.const_int(1, false), true, "")?;
+    let rest = b.build_int_sub(ni, half, "")?;
+    let scale = |e: IntValue<'c>| -> R<FloatValue<'c>> {
+        let e = b.build_int_add(e, i32t.const_int(127, false), "")?;
+        let e = b.build_left_shift(e, i32t.const_int(23, false), "")?;
+        Ok(b.build_bit_cast(e, f, "")?.into_float_value())
+    };
+    let y = b.build_float_mul(y, scale(half)?, "")?;
+    let y = b.build_float_mul(y, scale(rest)?, "")?;
+    let big = b.build_float_compare(FloatPredicate::OGT, x, c(88.722_839), "")?;
+    let y = b
+        .build_select(big, c(f64::INFINITY), y, "")?
+        .into_float_value();
+    let small = b.build_float_compare(FloatPredicate::OLT, x, c(-103.972_084), "")?;
+    let y = b.build_select(small, c(0.0), y, "")?.into_float_value();
+    let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "")?;
+    Ok(b.build_select(nan, x, y, "")?.into_float_value())
 }

@@ -1,25 +1,19 @@
 //! The LLVM JIT: every kernel of a schedule becomes a native function, optimized at O3 for the
 //! host CPU (its vector units), compiled once per program.
 
-mod emit;
-mod kernel;
-
 use std::mem::ManuallyDrop;
 
-use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
-use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
-use inkwell::values::FunctionValue;
 use inkwell::OptimizationLevel;
-use rustc_hash::FxHashMap;
 
 use guardless_codegen::schedule::Schedule;
 use guardless_ir::loop_ir::Program;
 
-pub use kernel::{shape_of, KernelShape};
+pub use crate::llvm::kernel::{shape_of, KernelShape};
+use crate::llvm::{llvm, LlvmError as JitError};
 
 /// `k(ptrs, syms, begin, end, err)`: rows `[begin, end)`; `ptrs[b]` is buffer `b`'s storage,
 /// `syms[s]` symbol `s`'s value; on a data-dependent failure `err[0]` is set to the error's
@@ -49,22 +43,12 @@ impl Drop for Jit {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum JitError {
-    #[error("LLVM: {0}")]
-    Llvm(String),
-}
-
-fn llvm<E: std::fmt::Display>(e: E) -> JitError {
-    JitError::Llvm(e.to_string())
-}
-
 macro_rules! math_helpers {
     ($(($name:ident, $t:ty, $f:expr)),* $(,)?) => {
         $(extern "C" fn $name(x: $t) -> $t { ($f)(x) })*
-        /// Name, whether f64, address.
-        fn unary_helpers() -> Vec<(&'static str, bool, usize)> {
-            vec![$((stringify!($name), std::mem::size_of::<$t>() == 8, $name as extern "C" fn($t) -> $t as usize)),*]
+        /// Name and address.
+        fn unary_helpers() -> Vec<(&'static str, usize)> {
+            vec![$((stringify!($name), $name as extern "C" fn($t) -> $t as usize)),*]
         }
     };
 }
@@ -127,49 +111,17 @@ impl Jit {
         module.set_triple(&machine.get_triple());
         module.set_data_layout(&machine.get_target_data().get_data_layout());
 
-        let mut helpers: FxHashMap<&'static str, FunctionValue> = FxHashMap::default();
-        let mut mappings: Vec<(&'static str, usize)> = Vec::new();
-        for (name, wide, addr) in unary_helpers() {
-            let t = if wide { cx.f64_type() } else { cx.f32_type() };
-            let f = module.add_function(name, t.fn_type(&[t.into()], false), None);
-            helpers.insert(name, f);
-            mappings.push((name, addr));
-        }
-        for (name, wide, addr) in [
-            (
-                "gl_powf",
-                false,
-                gl_powf as extern "C" fn(f32, f32) -> f32 as usize,
-            ),
-            (
-                "gl_pow",
-                true,
-                gl_pow as extern "C" fn(f64, f64) -> f64 as usize,
-            ),
-        ] {
-            let t = if wide { cx.f64_type() } else { cx.f32_type() };
-            let f = module.add_function(name, t.fn_type(&[t.into(), t.into()], false), None);
-            helpers.insert(name, f);
-            mappings.push((name, addr));
-        }
-        let i64t = cx.i64_type();
-        let f = module.add_function(
-            "gl_ipow",
-            i64t.fn_type(&[i64t.into(), i64t.into()], false),
-            None,
-        );
-        helpers.insert("gl_ipow", f);
+        let helpers = crate::llvm::declare_helpers(cx, &module);
+        let mut mappings: Vec<(&'static str, usize)> = unary_helpers();
+        mappings.push((
+            "gl_powf",
+            gl_powf as extern "C" fn(f32, f32) -> f32 as usize,
+        ));
+        mappings.push(("gl_pow", gl_pow as extern "C" fn(f64, f64) -> f64 as usize));
         mappings.push((
             "gl_ipow",
             gl_ipow as extern "C" fn(i64, i64) -> i64 as usize,
         ));
-        // Pure functions (memory(none) is the attribute value 0): calls move and vanish freely.
-        for f in helpers.values() {
-            for attr in ["nounwind", "willreturn", "memory"] {
-                let kind = Attribute::get_named_enum_kind_id(attr);
-                f.add_attribute(AttributeLoc::Function, cx.create_enum_attribute(kind, 0));
-            }
-        }
 
         let cpu = TargetMachine::get_host_cpu_name().to_string();
         let features = TargetMachine::get_host_cpu_features().to_string();
@@ -177,15 +129,14 @@ impl Jit {
         let mut names = Vec::new();
         for (ki, k) in s.kernels.iter().enumerate() {
             let name = format!("k{ki}_{}", k.name);
-            emit_kernel(
+            crate::llvm::emit_kernel(
                 cx,
                 &module,
                 &helpers,
                 p,
                 k,
                 &name,
-                &cpu,
-                &features,
+                &[("target-cpu", &cpu), ("target-features", &features)],
                 &mut errors,
             )?;
             names.push(name);
@@ -219,80 +170,4 @@ impl Jit {
             errors,
         })
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn emit_kernel<'c>(
-    cx: &'c Context,
-    module: &Module<'c>,
-    helpers: &FxHashMap<&'static str, FunctionValue<'c>>,
-    p: &mut Program,
-    k: &guardless_codegen::schedule::Kernel,
-    name: &str,
-    cpu: &str,
-    features: &str,
-    errors: &mut Vec<(String, String, String)>,
-) -> Result<(), JitError> {
-    let ptr = cx.ptr_type(inkwell::AddressSpace::default());
-    let i64t = cx.i64_type();
-    let fty = cx.void_type().fn_type(
-        &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
-        false,
-    );
-    let function = module.add_function(name, fty, None);
-    function.add_attribute(
-        AttributeLoc::Function,
-        cx.create_string_attribute("target-cpu", cpu),
-    );
-    function.add_attribute(
-        AttributeLoc::Function,
-        cx.create_string_attribute("target-features", features),
-    );
-    let nounwind = Attribute::get_named_enum_kind_id("nounwind");
-    function.add_attribute(
-        AttributeLoc::Function,
-        cx.create_enum_attribute(nounwind, 0),
-    );
-    let noalias = Attribute::get_named_enum_kind_id("noalias");
-    for i in [0u32, 1, 4] {
-        function.add_attribute(AttributeLoc::Param(i), cx.create_enum_attribute(noalias, 0));
-    }
-    let shape = shape_of(k);
-    let members = kernel::plan_members(p, k);
-    let entry_bb = cx.append_basic_block(function, "entry");
-    let start_bb = cx.append_basic_block(function, "start");
-    let b = cx.create_builder();
-    let entry = cx.create_builder();
-    entry.position_at_end(entry_bb);
-    b.position_at_end(start_bb);
-    let params = function.get_params();
-    let p_ref: &Program = p;
-    let mut e = emit::Emitter {
-        cx,
-        module,
-        b: &b,
-        entry: &entry,
-        function,
-        env: &p_ref.env,
-        ptrs: params[0].into_pointer_value(),
-        syms: params[1].into_pointer_value(),
-        err: params[4].into_pointer_value(),
-        locals: FxHashMap::default(),
-        sym_cache: FxHashMap::default(),
-        ptr_cache: FxHashMap::default(),
-        memo: FxHashMap::default(),
-        errors,
-        current: (String::new(), String::new()),
-        fail_blocks: FxHashMap::default(),
-        helpers,
-    };
-    let begin = params[2].into_int_value();
-    let end = params[3].into_int_value();
-    {
-        let mut ke = kernel::KernelEmitter::new(&mut e, p_ref, shape, members);
-        ke.emit(function, begin, end).map_err(llvm)?;
-    }
-    b.build_return(None).map_err(llvm)?;
-    entry.build_unconditional_branch(start_bb).map_err(llvm)?;
-    Ok(())
 }

@@ -1,0 +1,155 @@
+//! Kernels of a schedule as LLVM IR, shared by the CPU JIT (`cpu::jit`) and the NVPTX
+//! cross-check (`ptx`): each kernel a function over a range of rows (see `kernel`), values with
+//! the interpreter's semantics (see `emit`), math helpers declared here and defined per target.
+
+pub mod emit;
+pub mod kernel;
+pub mod ptx;
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::context::Context;
+use inkwell::module::Module;
+use inkwell::values::FunctionValue;
+use rustc_hash::FxHashMap;
+
+use guardless_ir::loop_ir::Program;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlvmError {
+    #[error("LLVM: {0}")]
+    Llvm(String),
+}
+
+pub fn llvm<E: std::fmt::Display>(e: E) -> LlvmError {
+    LlvmError::Llvm(e.to_string())
+}
+
+/// The math the bodies call that LLVM has no target-independent instruction for: unary f32 and
+/// f64 functions (name, whether f64), `pow`, integer `pow`. Declared pure; each target defines
+/// or maps them.
+pub const UNARY_HELPERS: [(&str, bool); 14] = [
+    ("gl_expf", false),
+    ("gl_exp", true),
+    ("gl_logf", false),
+    ("gl_log", true),
+    ("gl_log1pf", false),
+    ("gl_log1p", true),
+    ("gl_sinf", false),
+    ("gl_sin", true),
+    ("gl_cosf", false),
+    ("gl_cos", true),
+    ("gl_tanhf", false),
+    ("gl_tanh", true),
+    ("gl_erff", false),
+    ("gl_erf", true),
+];
+
+/// Whether helper `name` works on f64 (else f32).
+pub fn helper_is_wide(name: &str) -> bool {
+    matches!(name, "gl_pow" | "gl_ipow") || UNARY_HELPERS.iter().any(|&(n, w)| n == name && w)
+}
+
+pub fn declare_helpers<'c>(
+    cx: &'c Context,
+    module: &Module<'c>,
+) -> FxHashMap<&'static str, FunctionValue<'c>> {
+    let mut helpers = FxHashMap::default();
+    let (f32t, f64t, i64t) = (cx.f32_type(), cx.f64_type(), cx.i64_type());
+    for (name, wide) in UNARY_HELPERS {
+        let t = if wide { f64t } else { f32t };
+        helpers.insert(
+            name,
+            module.add_function(name, t.fn_type(&[t.into()], false), None),
+        );
+    }
+    for (name, t) in [("gl_powf", f32t), ("gl_pow", f64t)] {
+        let f = module.add_function(name, t.fn_type(&[t.into(), t.into()], false), None);
+        helpers.insert(name, f);
+    }
+    let f = module.add_function(
+        "gl_ipow",
+        i64t.fn_type(&[i64t.into(), i64t.into()], false),
+        None,
+    );
+    helpers.insert("gl_ipow", f);
+    // Pure functions (memory(none) is the attribute value 0): calls move and vanish freely.
+    for f in helpers.values() {
+        for attr in ["nounwind", "willreturn", "memory"] {
+            let kind = Attribute::get_named_enum_kind_id(attr);
+            f.add_attribute(AttributeLoc::Function, cx.create_enum_attribute(kind, 0));
+        }
+    }
+    helpers
+}
+
+/// Emits kernel `k` as `void name(ptr ptrs, ptr syms, i64 begin, i64 end, ptr err)` over rows
+/// `[begin, end)`, with the given function attributes (target CPU and features).
+#[allow(clippy::too_many_arguments)]
+pub fn emit_kernel<'c>(
+    cx: &'c Context,
+    module: &Module<'c>,
+    helpers: &FxHashMap<&'static str, FunctionValue<'c>>,
+    p: &mut Program,
+    k: &guardless_codegen::schedule::Kernel,
+    name: &str,
+    attributes: &[(&str, &str)],
+    errors: &mut Vec<(String, String, String)>,
+) -> Result<FunctionValue<'c>, LlvmError> {
+    let ptr = cx.ptr_type(inkwell::AddressSpace::default());
+    let i64t = cx.i64_type();
+    let fty = cx.void_type().fn_type(
+        &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
+        false,
+    );
+    let function = module.add_function(name, fty, None);
+    for (k, v) in attributes {
+        function.add_attribute(AttributeLoc::Function, cx.create_string_attribute(k, v));
+    }
+    let nounwind = Attribute::get_named_enum_kind_id("nounwind");
+    function.add_attribute(
+        AttributeLoc::Function,
+        cx.create_enum_attribute(nounwind, 0),
+    );
+    let noalias = Attribute::get_named_enum_kind_id("noalias");
+    for i in [0u32, 1, 4] {
+        function.add_attribute(AttributeLoc::Param(i), cx.create_enum_attribute(noalias, 0));
+    }
+    let shape = kernel::shape_of(k);
+    let members = kernel::plan_members(p, k);
+    let entry_bb = cx.append_basic_block(function, "entry");
+    let start_bb = cx.append_basic_block(function, "start");
+    let b = cx.create_builder();
+    let entry = cx.create_builder();
+    entry.position_at_end(entry_bb);
+    b.position_at_end(start_bb);
+    let params = function.get_params();
+    let p_ref: &Program = p;
+    let mut e = emit::Emitter {
+        cx,
+        module,
+        b: &b,
+        entry: &entry,
+        function,
+        env: &p_ref.env,
+        ptrs: params[0].into_pointer_value(),
+        syms: params[1].into_pointer_value(),
+        err: params[4].into_pointer_value(),
+        locals: FxHashMap::default(),
+        sym_cache: FxHashMap::default(),
+        ptr_cache: FxHashMap::default(),
+        memo: FxHashMap::default(),
+        errors,
+        current: (String::new(), String::new()),
+        fail_blocks: FxHashMap::default(),
+        helpers,
+    };
+    let begin = params[2].into_int_value();
+    let end = params[3].into_int_value();
+    {
+        let mut ke = kernel::KernelEmitter::new(&mut e, p_ref, shape, members);
+        ke.emit(function, begin, end).map_err(llvm)?;
+    }
+    b.build_return(None).map_err(llvm)?;
+    entry.build_unconditional_branch(start_bb).map_err(llvm)?;
+    Ok(function)
+}
