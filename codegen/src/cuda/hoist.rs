@@ -3,7 +3,7 @@
 //! launcher computes once, as Inductor passes `ks0`. Kernel text stays linear in the graph, and
 //! the GPU does not recompute sizes per element.
 
-use guardless_ir::sym::{symbol_bit, Expr, Node, ShapeEnv, SymbolId};
+use guardless_ir::sym::{Expr, Node, ShapeEnv, SymbolId};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 pub struct Hoister {
@@ -16,9 +16,9 @@ pub struct Hoister {
 }
 
 impl Hoister {
-    pub fn new(locals: FxHashSet<SymbolId>) -> Hoister {
+    pub fn new(env: &ShapeEnv, locals: FxHashSet<SymbolId>) -> Hoister {
         Hoister {
-            locals_mask: locals.iter().fold(0, |m, &s| m | symbol_bit(s)),
+            locals_mask: locals.iter().fold(0, |m, &s| m | env.pool().symbol_bit(s)),
             locals,
             derived: Vec::new(),
             names: FxHashMap::default(),

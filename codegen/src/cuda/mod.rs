@@ -111,9 +111,10 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         let mut bodies: Vec<((IndexType, i64, bool), Bodies)> = Vec::new();
         // Index arithmetic does not depend on the variant: hoisted and simplified once per kernel.
         let mut syms = KernelSymbols {
-            hoister: hoist::Hoister::new(local_symbols(p, k)),
+            hoister: hoist::Hoister::new(&p.env, local_symbols(p, k)),
             memo: rustc_hash::FxHashMap::default(),
             texts: rustc_hash::FxHashMap::default(),
+            symbols: None,
         };
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
@@ -308,6 +309,8 @@ struct KernelSymbols {
     memo: rustc_hash::FxHashMap<(usize, Expr), Expr>,
     /// Derived parameters' expressions as text (long for concatenation offsets).
     texts: rustc_hash::FxHashMap<SymbolId, String>,
+    /// The graph symbols the kernel's code uses.
+    symbols: Option<Vec<SymbolId>>,
 }
 
 fn render_bodies(
@@ -392,20 +395,22 @@ fn render_bodies(
         exprs.extend(l.strides.iter().copied());
         exprs.push(l.offset);
     }
-    let mut symbols: Vec<SymbolId> = Vec::new();
-    let mut known: FxHashSet<SymbolId> = FxHashSet::default();
-    let mut visited: FxHashSet<Expr> = FxHashSet::default();
-    for e in exprs {
-        if !visited.insert(e) {
-            continue;
+    // One walk over all of them (their subexpressions are shared), once per kernel.
+    let symbols = match &syms.symbols {
+        Some(s) => s.clone(),
+        None => {
+            let mut symbols: Vec<SymbolId> = p
+                .env
+                .pool()
+                .free_symbols_of(&exprs)
+                .into_iter()
+                .filter(|id| !locals.contains(id))
+                .collect();
+            symbols.sort_by_key(|&id| p.env.symbol_name(id).to_string());
+            syms.symbols = Some(symbols.clone());
+            symbols
         }
-        for id in p.env.pool().free_symbols(e) {
-            if !locals.contains(&id) && known.insert(id) {
-                symbols.push(id);
-            }
-        }
-    }
-    symbols.sort_by_key(|&id| p.env.symbol_name(id).to_string());
+    };
 
     let hoister = &mut syms.hoister;
     let c_of = |p: &mut Program, h: &mut hoist::Hoister, e: Expr| {

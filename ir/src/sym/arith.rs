@@ -411,9 +411,7 @@ impl ExprPool {
     /// `e` with each symbol of `pairs` replaced by its expression. Subexpressions that hold none
     /// of them are not visited.
     pub fn substitute_pairs(&mut self, e: Expr, pairs: &[(SymbolId, Expr)]) -> Expr {
-        let mask = pairs
-            .iter()
-            .fold(0, |m, &(s, _)| m | super::pool::symbol_bit(s));
+        let mask = pairs.iter().fold(0, |m, &(s, _)| m | self.symbol_bit(s));
         let mut memo = rustc_hash::FxHashMap::default();
         let map = |id: SymbolId| pairs.iter().find(|(k, _)| *k == id).map(|(_, v)| *v);
         self.substitute_memo(e, &map, mask, &mut memo)

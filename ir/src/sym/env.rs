@@ -224,8 +224,10 @@ impl ShapeEnv {
                 break name;
             }
         };
-        self.unbacked_value(&name, Some(0), hi, None)
-            .expect("fresh names are valid")
+        self.pool.adding_index = true;
+        let v = self.unbacked_value(&name, Some(0), hi, None);
+        self.pool.adding_index = false;
+        v.expect("fresh names are valid")
     }
 
     fn fresh_name(&self, prefix: &str) -> String {

@@ -32,7 +32,7 @@ pub use error::SymError;
 pub use eval::EvalError;
 pub use expr::{ArithOp, CmpOp, Expr, Node, NodeInfo, SymbolId, SymbolKind};
 pub use parse::{symbol_names, ParseError};
-pub use pool::{symbol_bit, ExprPool, SymbolName};
+pub use pool::{ExprPool, SymbolName};
 pub use print::Display;
 pub use query::Bindings;
 pub use range::{ValueRange, INF};

@@ -30,6 +30,10 @@ pub struct ExprPool {
     /// the node itself lives once, in `nodes`.
     map: HashTable<(u64, Expr)>,
     symbols: Vec<SymbolName>,
+    /// Each symbol's bit in [`NodeInfo::symbols`].
+    bits: Vec<u64>,
+    /// Symbols added while set are loop variables: they get one of the bits sizes never use.
+    pub(crate) adding_index: bool,
     names: FxHashMap<Box<str>, SymbolId>,
     zero: Expr,
     one: Expr,
@@ -37,10 +41,10 @@ pub struct ExprPool {
     false_: Expr,
 }
 
-/// The bit of `s` in [`NodeInfo::symbols`].
-pub fn symbol_bit(s: SymbolId) -> u64 {
-    1u64 << (s.index() % 64)
-}
+/// Bits of [`NodeInfo::symbols`] for loop variables; sizes use the others. Size expressions
+/// (long sums of sizes) then never look like they hold a loop variable, so substituting or
+/// hoisting loop variables skips them whole.
+const INDEX_BITS: u32 = 16;
 
 impl Default for ExprPool {
     fn default() -> Self {
@@ -55,6 +59,8 @@ impl ExprPool {
             info: Vec::new(),
             map: HashTable::new(),
             symbols: Vec::new(),
+            bits: Vec::new(),
+            adding_index: false,
             names: FxHashMap::default(),
             zero: Expr(0),
             one: Expr(0),
@@ -201,6 +207,25 @@ impl ExprPool {
         out
     }
 
+    /// The symbols of all of `es`, each once, in order of discovery; shared subexpressions are
+    /// walked once.
+    pub fn free_symbols_of(&self, es: &[Expr]) -> Vec<SymbolId> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut out = Vec::new();
+        let mut stack: Vec<Expr> = es.iter().rev().copied().collect();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            match self.node(x) {
+                Node::Sym(s) => out.push(*s),
+                _ if self.info(x).symbols == 0 => {}
+                _ => self.for_each_child(x, |c| stack.push(c)),
+            }
+        }
+        out
+    }
+
     pub fn for_each_child(&self, e: Expr, mut f: impl FnMut(Expr)) {
         match self.node(e) {
             Node::Const(_) | Node::Bool(_) | Node::Sym(_) => {}
@@ -227,8 +252,19 @@ impl ExprPool {
     }
 
     /// Registers a symbol name; the caller (the `ShapeEnv`) checks uniqueness.
+    /// The bit of symbol `s` in [`NodeInfo::symbols`].
+    pub fn symbol_bit(&self, s: SymbolId) -> u64 {
+        self.bits[s.index()]
+    }
+
     pub(crate) fn add_symbol(&mut self, name: &str, kind: SymbolKind) -> (SymbolId, Expr) {
         let id = SymbolId(self.symbols.len() as u32);
+        let n = self.symbols.len() as u64;
+        self.bits.push(if self.adding_index {
+            1u64 << (64 - INDEX_BITS as u64 + n % INDEX_BITS as u64)
+        } else {
+            1u64 << (n % (64 - INDEX_BITS as u64))
+        });
         let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         let (prefix, num) = name.split_at(name.len() - digits);
         let num = num.parse::<u64>().unwrap_or(0);
@@ -294,7 +330,7 @@ impl ExprPool {
             Node::Const(_) => {}
             Node::Bool(_) => info.is_bool = true,
             Node::Sym(s) => {
-                info.symbols = symbol_bit(*s);
+                info.symbols = self.bits[s.index()];
                 match self.symbols[s.index()].kind {
                     SymbolKind::Backed => info.has_backed = true,
                     SymbolKind::Unbacked => info.has_unbacked = true,

@@ -1014,8 +1014,12 @@ pub fn build_exp_f32<'c>(
     // n in [-252, 254]: outside it the result is 0 or infinity anyway (handled below).
     let n = intrinsic("llvm.maxnum", &[n.into(), c(-252.0).into()])?;
     let n = intrinsic("llvm.minnum", &[n.into(), c(254.0).into()])?;
-    let r = b.build_float_sub(x, b.build_float_mul(n, c(0.693_359_375), "")?, "")?;
-    let r = b.build_float_sub(r, b.build_float_mul(n, c(-2.121_944_4e-4), "")?, "")?;
+    // a·b + c, fused where the target has FMA (then more exact, and half the instructions).
+    let fma = |a: FloatValue<'c>, m: FloatValue<'c>, k: FloatValue<'c>| -> R<FloatValue<'c>> {
+        intrinsic("llvm.fmuladd", &[a.into(), m.into(), k.into()])
+    };
+    let r = fma(n, c(-0.693_359_375), x)?;
+    let r = fma(n, c(2.121_944_4e-4), r)?;
     let mut p = c(1.987_569_150_0e-4);
     for k in [
         1.398_199_950_7e-3,
@@ -1024,10 +1028,10 @@ pub fn build_exp_f32<'c>(
         1.666_666_545_9e-1,
         5.000_000_120_1e-1,
     ] {
-        p = b.build_float_add(b.build_float_mul(p, r, "")?, c(k), "")?;
+        p = fma(p, r, c(k))?;
     }
     let r2 = b.build_float_mul(r, r, "")?;
-    let y = b.build_float_add(b.build_float_mul(p, r2, "")?, r, "")?;
+    let y = fma(p, r2, r)?;
     let y = b.build_float_add(y, c(1.0), "")?;
     let ni = b.build_float_to_signed_int(n, i32t, "")?;
     let half = b.build_right_shift(ni, i32t.const_int(1, false), true, "")?;
