@@ -222,7 +222,6 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][8];
 
 
   // pass 0
@@ -230,11 +229,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -245,7 +240,6 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
         const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
-        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -277,12 +271,8 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 
   // pass 1
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_c >= gl_len) break;
-#pragma unroll
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+#pragma unroll 1
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
@@ -291,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 
         const float m3_0 = gl_ld(p_w, (long long)(k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_c0[gl_j][gl_l];
+        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -470,7 +460,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
-  float gl_c0[4][8];
 
 
   // pass 0
@@ -478,11 +467,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
 #pragma unroll
   for (int l = 0; l < 8; ++l) { m2_acc[l] = ((float)0); }
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_c >= gl_len) break;
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -493,7 +478,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
         const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
-        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -525,12 +509,8 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
 
   // pass 1
 
-  // Persistent: at most 4 steps per thread; the row stays in registers.
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_c >= gl_len) break;
-#pragma unroll
+  for (int gl_c = (int)gl_tid * 8; gl_c < gl_len; gl_c += 1024) {
+#pragma unroll 1
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
@@ -539,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
 
         const float m3_0 = gl_ld(p_w, (long long)(k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_c0[gl_j][gl_l];
+        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);

@@ -79,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][4];
 
 
   // pass 0
@@ -86,7 +87,11 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v1_0[1];
 
@@ -106,6 +111,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -147,39 +153,25 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
-    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v2_0[1];
-
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
-
-        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
-
-    }
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
-      if (gl_active) {
+      if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
+        const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
 
       }
-    }
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
-
-
     }
   }
   {
@@ -208,9 +200,12 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 
   // pass 2
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -218,7 +213,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -228,14 +222,15 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
+        const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
         const float m3_4 = m2_row;
-        const float m3_5 = (m3_3 / m3_4);
-        const float m3_val = m3_5;
-        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_5));
+        const float m3_5 = (1.0f / m3_4);
+        const float m3_6 = (m3_3 * m3_5);
+        const float m3_val = m3_6;
+        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_6));
 
       }
     }
@@ -267,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][4];
 
 
   // pass 0
@@ -274,7 +270,11 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -283,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -317,7 +318,11 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -325,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -360,22 +365,27 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 
   // pass 2
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
-#pragma unroll 1
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
+#pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
         const float m3_4 = m2_row;
-        const float m3_5 = (m3_3 / m3_4);
-        const float m3_val = m3_5;
-        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_5));
+        const float m3_5 = (1.0f / m3_4);
+        const float m3_6 = (m3_3 * m3_5);
+        const float m3_val = m3_6;
+        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_6));
 
       }
     }
@@ -399,6 +409,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][4];
 
 
   // pass 0
@@ -406,7 +417,11 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
       uint4 gl_v1_0[1];
 
@@ -426,6 +441,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -467,39 +483,25 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
-    // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v2_0[1];
-
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
-
-        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
-
-    }
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
-      if (gl_active) {
+      if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v2_0), gl_l);
+        const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_3);
 
       }
-    }
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
-
-
     }
   }
   {
@@ -528,9 +530,12 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 
   // pass 2
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
     if (gl_active) {
@@ -538,7 +543,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
 
     }
 #pragma unroll
@@ -548,14 +552,15 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v3_0), gl_l);
+        const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
         const float m3_4 = m2_row;
-        const float m3_5 = (m3_3 / m3_4);
-        const float m3_val = m3_5;
-        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_5));
+        const float m3_5 = (1.0f / m3_4);
+        const float m3_6 = (m3_3 * m3_5);
+        const float m3_val = m3_6;
+        gl_st(reinterpret_cast<float*>(gl_s3), gl_l, ((float)m3_6));
 
       }
     }
@@ -587,6 +592,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
   int gl_rest_gl_row = gl_row;
   const int k0 = gl_rest_gl_row;
 
+  float gl_c0[4][4];
 
 
   // pass 0
@@ -594,7 +600,11 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -603,6 +613,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
         const int k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -637,7 +648,11 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m2_acc[l] = ((float)0); }
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -645,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -680,22 +695,27 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
 
   // pass 2
 
-  for (int gl_c = (int)gl_tid * 4; gl_c < gl_len; gl_c += 256) {
-#pragma unroll 1
+  // Persistent: at most 4 steps per thread; the row stays in registers.
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_c >= gl_len) break;
+#pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
         const int k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
         const float m3_4 = m2_row;
-        const float m3_5 = (m3_3 / m3_4);
-        const float m3_val = m3_5;
-        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_5));
+        const float m3_5 = (1.0f / m3_4);
+        const float m3_6 = (m3_3 * m3_5);
+        const float m3_val = m3_6;
+        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_6));
 
       }
     }

@@ -951,8 +951,11 @@ fn softmax(l: &mut Lowerer, n: &GraphNode, x: LTensor, dim: usize, log: bool) ->
             c.body.binary(BinaryOp::Sub, v[0], lg)
         })
     } else {
+        // A product with the row's reciprocal, as ATen's vectorized CPU kernel computes it: one
+        // division per row instead of one per element.
         map(l, &[e, sum], cd, dtype, |c, v| {
-            c.body.binary(BinaryOp::Div, v[0], v[1])
+            let r = c.body.unary(UnaryOp::Reciprocal, v[1]);
+            c.body.binary(BinaryOp::Mul, v[0], r)
         })
     }
 }

@@ -325,17 +325,29 @@ fn kernel(
         1
     };
     let args = SendPtr(ptrs.as_ptr(), st.syms.as_ptr());
-    // Per part: the error code and the values its message shows.
+    // Per part: the error code and the values its message shows, and the row cache.
     let mut errs = vec![[0i64; 4]; parts];
+    let words = jit.cache_slots[ki] * len.max(0) as usize;
+    let mut scratch: Vec<Vec<u64>> = (0..parts).map(|_| vec![0u64; words]).collect();
     if parts == 1 {
-        unsafe { f(args.0, args.1, 0, rows, errs[0].as_mut_ptr()) };
+        let s = scratch[0].as_mut_ptr() as *mut u8;
+        unsafe { f(args.0, args.1, 0, rows, errs[0].as_mut_ptr(), s) };
     } else {
         let per = (rows as usize).div_ceil(parts) as i64;
         std::thread::scope(|sc| {
-            for (t, e) in errs.iter_mut().enumerate() {
+            for (t, (e, s)) in errs.iter_mut().zip(scratch.iter_mut()).enumerate() {
                 let args = &args;
                 let (begin, end) = (t as i64 * per, ((t as i64 + 1) * per).min(rows));
-                sc.spawn(move || unsafe { f(args.0, args.1, begin, end, e.as_mut_ptr()) });
+                sc.spawn(move || unsafe {
+                    f(
+                        args.0,
+                        args.1,
+                        begin,
+                        end,
+                        e.as_mut_ptr(),
+                        s.as_mut_ptr() as *mut u8,
+                    )
+                });
             }
         });
     }

@@ -18,7 +18,8 @@ use crate::llvm::{llvm, LlvmError as JitError};
 /// `k(ptrs, syms, begin, end, err)`: rows `[begin, end)`; `ptrs[b]` is buffer `b`'s storage,
 /// `syms[s]` symbol `s`'s value; on a data-dependent failure `err[0]` is set to the error's
 /// code and `err[1..4]` to the values its message shows.
-pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut i64);
+/// `scratch` holds the kernel's row cache: `cache_slots[k]` × 8 bytes × row length, per thread.
+pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut i64, *mut u8);
 
 /// The compiled kernels of one program. The engine owns the machine code; it is dropped before
 /// the context it was built in.
@@ -26,6 +27,8 @@ pub struct Jit {
     engine: ManuallyDrop<ExecutionEngine<'static>>,
     context: ManuallyDrop<Box<Context>>,
     pub kernels: Vec<KernelFn>,
+    /// Row-cache slots of each kernel.
+    pub cache_slots: Vec<usize>,
     /// Error code `i + 1` means `errors[i]`: buffer, graph nodes, message.
     pub errors: Vec<(String, String, String)>,
 }
@@ -127,9 +130,10 @@ impl Jit {
         let features = TargetMachine::get_host_cpu_features().to_string();
         let mut errors = Vec::new();
         let mut names = Vec::new();
+        let mut cache_slots = Vec::new();
         for (ki, k) in s.kernels.iter().enumerate() {
             let name = format!("k{ki}_{}", k.name);
-            crate::llvm::emit_kernel(
+            let (_, slots) = crate::llvm::emit_kernel(
                 cx,
                 &module,
                 &helpers,
@@ -137,8 +141,10 @@ impl Jit {
                 k,
                 &name,
                 &[("target-cpu", &cpu), ("target-features", &features)],
+                true,
                 &mut errors,
             )?;
+            cache_slots.push(slots);
             names.push(name);
         }
         module.verify().map_err(llvm)?;
@@ -167,6 +173,7 @@ impl Jit {
             engine: ManuallyDrop::new(engine),
             context: ManuallyDrop::new(context),
             kernels,
+            cache_slots,
             errors,
         })
     }

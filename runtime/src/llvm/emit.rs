@@ -23,6 +23,17 @@ pub enum Val<'c> {
     I(IntValue<'c>),
 }
 
+/// Values of a row kept from one pass for a later one (an `exp` a reduction needed and the
+/// output needs again): per slot, the row's `len` elements of 8 bytes in `scratch` (per thread).
+pub struct RowCache<'c> {
+    pub scratch: PointerValue<'c>,
+    pub len: IntValue<'c>,
+    /// The element of the row being computed.
+    pub r: IntValue<'c>,
+    /// Op index of the body → (slot, whether it is loaded rather than computed and stored).
+    pub ops: FxHashMap<usize, (usize, bool)>,
+}
+
 /// How a load of a buffer is served inside the kernel being emitted.
 #[derive(Copy, Clone)]
 pub enum Source<'c> {
@@ -609,14 +620,61 @@ impl<'a, 'c> Emitter<'a, 'c> {
         body: &Body,
         source: &dyn Fn(BufferId) -> Source<'c>,
         dtype_of: &dyn Fn(BufferId) -> DType,
+        cache: Option<&RowCache<'c>>,
     ) -> R<Val<'c>> {
         let mut vals: Vec<Val<'c>> = Vec::with_capacity(body.ops.len());
-        for &(op, d) in &body.ops {
+        for (i, &(op, d)) in body.ops.iter().enumerate() {
+            let slot = cache.and_then(|c| c.ops.get(&i).map(|&(slot, load)| (c, slot, load)));
+            if let Some((c, slot, true)) = slot {
+                let v = self.scratch(c, slot, d, None)?;
+                vals.push(v);
+                continue;
+            }
             let v = self.op(body, &vals, op, d, source, dtype_of)?;
             let v = self.convert(v, d)?;
+            if let Some((c, slot, false)) = slot {
+                self.scratch(c, slot, d, Some(v))?;
+            }
             vals.push(v);
         }
         Ok(vals[body.result.expect("a result").0 as usize])
+    }
+
+    /// Stores `v` into, or (`None`) loads from, element `r` of a row-cache slot.
+    fn scratch(
+        &mut self,
+        c: &RowCache<'c>,
+        slot: usize,
+        d: DType,
+        v: Option<Val<'c>>,
+    ) -> R<Val<'c>> {
+        let b = self.b;
+        let t: inkwell::types::BasicTypeEnum = if d.is_float() {
+            self.float_type(d).into()
+        } else {
+            self.i64().into()
+        };
+        // Slot `s` starts at byte 8·s·len.
+        let start = b.build_int_mul(c.len, self.const_i64(8 * slot as i64), "")?;
+        let base = unsafe { b.build_in_bounds_gep(self.cx.i8_type(), c.scratch, &[start], "")? };
+        let p = unsafe { b.build_in_bounds_gep(t, base, &[c.r], "")? };
+        match v {
+            Some(v) => {
+                match v {
+                    Val::F(f) => b.build_store(p, f)?,
+                    Val::I(i) => b.build_store(p, i)?,
+                };
+                Ok(v)
+            }
+            None => {
+                let x = b.build_load(t, p, "")?;
+                Ok(if d.is_float() {
+                    Val::F(x.into_float_value())
+                } else {
+                    Val::I(x.into_int_value())
+                })
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

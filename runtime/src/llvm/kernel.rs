@@ -12,7 +12,9 @@ use rustc_hash::FxHashMap;
 
 use guardless_codegen::schedule::{member_map, Kernel, Role};
 use guardless_ir::graph::DType;
-use guardless_ir::loop_ir::{BufferId, BufferKind, Program, ReductionKind};
+use guardless_ir::loop_ir::{
+    BinaryOp, BufferId, BufferKind, Constant, Op, Program, ReductionKind, UnaryOp,
+};
 use guardless_ir::sym::{Expr, SymbolId};
 
 use super::emit::{Emitter, Source, Val};
@@ -64,9 +66,131 @@ pub struct MemberPlan {
     pub dtype: DType,
     pub name: String,
     pub origins: String,
+    /// Each op's value number across the kernel's members (equal numbers: equal values).
+    pub keys: Vec<u32>,
+    /// Ops kept in the row cache: op index → (slot, whether loaded instead of computed).
+    pub cached: FxHashMap<usize, (usize, bool)>,
 }
 
-pub fn plan_members(p: &mut Program, k: &Kernel) -> Vec<MemberPlan> {
+/// What identifies an op's value within one element of a kernel's row.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Load(BufferId, Expr, Option<u32>),
+    RowValue(BufferId),
+    Const(Constant, DType),
+    Index(Expr, Option<u32>),
+    Unary(UnaryOp, DType, u32),
+    Binary(BinaryOp, DType, u32, u32),
+    Where(DType, u32, u32, u32),
+    Cast(DType, u32),
+    Unique(usize, usize),
+}
+
+/// Numbers every op of the members' bodies so that ops computing the same value of an element
+/// (after each member's variables are put in the kernel's terms) share a number. A transcendental
+/// value computed per element in one pass and again in a later one goes to the row cache: stored
+/// where first computed, loaded after. Bodies that bind data-dependent indices are left alone.
+fn plan_row_cache(p: &mut Program, members: &mut [MemberPlan]) -> usize {
+    let mut ids: FxHashMap<Key, u32> = FxHashMap::default();
+    let mut result_of: FxHashMap<BufferId, u32> = FxHashMap::default();
+    for mi in 0..members.len() {
+        let BufferKind::Computed { body, .. } = p.buffers[members[mi].buffer.index()].kind.clone()
+        else {
+            continue;
+        };
+        let binds = body.ops.iter().any(|(op, _)| matches!(op, Op::Bind { .. }));
+        let mut keys: Vec<u32> = Vec::with_capacity(body.ops.len());
+        for (oi, &(op, d)) in body.ops.iter().enumerate() {
+            let k = |v: guardless_ir::loop_ir::ValueId| keys[v.0 as usize];
+            let key = match op {
+                _ if binds => Key::Unique(mi, oi),
+                Op::Load {
+                    buffer,
+                    index,
+                    mask,
+                } => match members.iter().find(|m| m.buffer == buffer) {
+                    Some(m) if m.role != Role::Elementwise => Key::RowValue(buffer),
+                    Some(m) if m.pass == members[mi].pass => {
+                        let r = result_of.get(&buffer).copied();
+                        match r {
+                            Some(r) => {
+                                keys.push(r);
+                                continue;
+                            }
+                            None => Key::Unique(mi, oi),
+                        }
+                    }
+                    _ => {
+                        let e = p.env.pool_mut().substitute_pairs(index, &members[mi].vars);
+                        Key::Load(buffer, p.env.simplify(e), mask.map(k))
+                    }
+                },
+                Op::Constant(c) => Key::Const(c, d),
+                Op::Index(e, mask) => {
+                    let e = p.env.pool_mut().substitute_pairs(e, &members[mi].vars);
+                    Key::Index(p.env.simplify(e), mask.map(k))
+                }
+                Op::Unary(u, a) => Key::Unary(u, d, k(a)),
+                Op::Binary(o, a, b) => Key::Binary(o, d, k(a), k(b)),
+                Op::Where(c, a, b) => Key::Where(d, k(c), k(a), k(b)),
+                Op::Cast(a) => Key::Cast(d, k(a)),
+                Op::Bind { .. } | Op::Check { .. } => Key::Unique(mi, oi),
+            };
+            let n = ids.len() as u32;
+            keys.push(*ids.entry(key).or_insert(n));
+        }
+        if let Some(r) = body.result {
+            result_of.insert(members[mi].buffer, keys[r.0 as usize]);
+        }
+        members[mi].keys = keys;
+    }
+    // The first pass computing each transcendental per-element value, and where.
+    let mut first: FxHashMap<u32, (usize, usize, usize)> = FxHashMap::default();
+    let mut later: Vec<(u32, usize, usize)> = Vec::new();
+    for (mi, m) in members.iter().enumerate() {
+        if m.role == Role::RowValue {
+            continue;
+        }
+        let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind else {
+            continue;
+        };
+        for (oi, (op, _)) in body.ops.iter().enumerate() {
+            if !op.is_transcendental() {
+                continue;
+            }
+            let key = m.keys[oi];
+            match first.get(&key) {
+                None => {
+                    first.insert(key, (m.pass, mi, oi));
+                }
+                Some(&(pass, _, _)) if pass < m.pass => later.push((key, mi, oi)),
+                Some(_) => {}
+            }
+        }
+    }
+    let mut slots: FxHashMap<u32, usize> = FxHashMap::default();
+    for (key, mi, oi) in later {
+        let n = slots.len();
+        let slot = *slots.entry(key).or_insert(n);
+        members[mi].cached.insert(oi, (slot, true));
+        let (_, fm, fo) = first[&key];
+        members[fm].cached.insert(fo, (slot, false));
+    }
+    slots.len()
+}
+
+/// The members' plans, and the row cache's slots.
+pub fn plan_members(p: &mut Program, k: &Kernel, row_cache: bool) -> (Vec<MemberPlan>, usize) {
+    let mut members = member_plans(p, k);
+    let slots = if row_cache {
+        plan_row_cache(p, &mut members)
+    } else {
+        0
+    };
+    (members, slots)
+}
+
+fn member_plans(p: &mut Program, k: &Kernel) -> Vec<MemberPlan> {
     k.members
         .iter()
         .filter_map(|m| {
@@ -86,6 +210,8 @@ pub fn plan_members(p: &mut Program, k: &Kernel) -> Vec<MemberPlan> {
                 dtype: buf.dtype,
                 name: buf.name.clone(),
                 origins: buf.origins.join(", "),
+                keys: Vec::new(),
+                cached: FxHashMap::default(),
             })
         })
         .collect()
@@ -107,6 +233,10 @@ pub struct KernelEmitter<'e, 'a, 'c> {
     /// Row values (reductions finished, row-level members) and this element's values.
     row_vals: FxHashMap<BufferId, Val<'c>>,
     elem_vals: FxHashMap<BufferId, Val<'c>>,
+    /// The row cache (see `plan_row_cache`) and the row's length.
+    pub scratch: Option<PointerValue<'c>>,
+    len: Option<IntValue<'c>>,
+    current_r: Option<IntValue<'c>>,
 }
 
 impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
@@ -123,6 +253,9 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
             members,
             row_vals: FxHashMap::default(),
             elem_vals: FxHashMap::default(),
+            scratch: None,
+            len: None,
+            current_r: None,
         }
     }
 
@@ -241,8 +374,23 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
             }
         }
         let p = self.p;
-        self.e
-            .body(body, &|b| sources[&b], &|b| p.buffers[b.index()].dtype)
+        let cache = match (self.scratch, self.len, self.current_r) {
+            (Some(scratch), Some(len), Some(r)) if !self.members[mi].cached.is_empty() => {
+                Some(super::emit::RowCache {
+                    scratch,
+                    len,
+                    r,
+                    ops: self.members[mi].cached.clone(),
+                })
+            }
+            _ => None,
+        };
+        self.e.body(
+            body,
+            &|b| sources[&b],
+            &|b| p.buffers[b.index()].dtype,
+            cache.as_ref(),
+        )
     }
 
     fn store_member(&mut self, mi: usize, v: Val<'c>) -> R<()> {
@@ -311,6 +459,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         let (row, row_loop) = self.open_loop(begin, rows_end, "row")?;
         self.decompose(row, &shape.row_dims, &shape.row_vars)?;
         let len = self.product(&shape.elem_dims)?;
+        self.len = Some(len);
         self.row_vals.clear();
         for pass in 0..passes {
             // Row values of this pass.
@@ -397,6 +546,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         let shape = self.shape.clone();
         self.decompose(r, &shape.elem_dims, &shape.elem_vars)?;
         self.elem_vals.clear();
+        self.current_r = Some(r);
         for mi in 0..self.members.len() {
             let m = &self.members[mi];
             if m.pass != pass {
@@ -422,6 +572,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
                 }
             }
         }
+        self.current_r = None;
         Ok(())
     }
 

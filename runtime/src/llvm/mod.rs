@@ -82,8 +82,10 @@ pub fn declare_helpers<'c>(
     helpers
 }
 
-/// Emits kernel `k` as `void name(ptr ptrs, ptr syms, i64 begin, i64 end, ptr err)` over rows
-/// `[begin, end)`, with the given function attributes (target CPU and features).
+/// Emits kernel `k` as `void name(ptr ptrs, ptr syms, i64 begin, i64 end, ptr err, ptr scratch)`
+/// over rows `[begin, end)`, with the given function attributes (target CPU and features). With
+/// `row_cache`, values a later pass needs again are kept in `scratch` (8 bytes × row length per
+/// slot); returns the function and its number of slots.
 #[allow(clippy::too_many_arguments)]
 pub fn emit_kernel<'c>(
     cx: &'c Context,
@@ -93,12 +95,20 @@ pub fn emit_kernel<'c>(
     k: &guardless_codegen::schedule::Kernel,
     name: &str,
     attributes: &[(&str, &str)],
+    row_cache: bool,
     errors: &mut Vec<(String, String, String)>,
-) -> Result<FunctionValue<'c>, LlvmError> {
+) -> Result<(FunctionValue<'c>, usize), LlvmError> {
     let ptr = cx.ptr_type(inkwell::AddressSpace::default());
     let i64t = cx.i64_type();
     let fty = cx.void_type().fn_type(
-        &[ptr.into(), ptr.into(), i64t.into(), i64t.into(), ptr.into()],
+        &[
+            ptr.into(),
+            ptr.into(),
+            i64t.into(),
+            i64t.into(),
+            ptr.into(),
+            ptr.into(),
+        ],
         false,
     );
     let function = module.add_function(name, fty, None);
@@ -111,11 +121,11 @@ pub fn emit_kernel<'c>(
         cx.create_enum_attribute(nounwind, 0),
     );
     let noalias = Attribute::get_named_enum_kind_id("noalias");
-    for i in [0u32, 1, 4] {
+    for i in [0u32, 1, 4, 5] {
         function.add_attribute(AttributeLoc::Param(i), cx.create_enum_attribute(noalias, 0));
     }
     let shape = kernel::shape_of(k);
-    let members = kernel::plan_members(p, k);
+    let (members, slots) = kernel::plan_members(p, k, row_cache);
     let entry_bb = cx.append_basic_block(function, "entry");
     let start_bb = cx.append_basic_block(function, "start");
     let b = cx.create_builder();
@@ -147,9 +157,10 @@ pub fn emit_kernel<'c>(
     let end = params[3].into_int_value();
     {
         let mut ke = kernel::KernelEmitter::new(&mut e, p_ref, shape, members);
+        ke.scratch = (slots > 0).then(|| params[5].into_pointer_value());
         ke.emit(function, begin, end).map_err(llvm)?;
     }
     b.build_return(None).map_err(llvm)?;
     entry.build_unconditional_branch(start_bb).map_err(llvm)?;
-    Ok(function)
+    Ok((function, slots))
 }

@@ -57,7 +57,17 @@ pub fn generate(p: &mut Program, s: &Schedule, arch: &str) -> Result<PtxModule, 
     for (ki, k) in s.kernels.iter().enumerate() {
         let name = format!("k{ki}_{}", k.name);
         let attrs = [("target-cpu", arch), ("target-features", "+ptx85")];
-        let f = emit_kernel(&cx, &module, &helpers, p, k, &name, &attrs, &mut errors)?;
+        let (f, _) = emit_kernel(
+            &cx,
+            &module,
+            &helpers,
+            p,
+            k,
+            &name,
+            &attrs,
+            false,
+            &mut errors,
+        )?;
         f.set_linkage(Linkage::Internal);
         let rows = format!("{name}_rows");
         wrapper(&cx, &module, f, &rows).map_err(llvm)?;
@@ -133,6 +143,7 @@ fn wrapper<'c>(cx: &'c Context, module: &Module<'c>, f: FunctionValue<'c>, name:
             row.into(),
             next.into(),
             p[3].into(),
+            ptr.const_null().into(),
         ],
         "",
     )?;
