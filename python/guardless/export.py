@@ -1,0 +1,306 @@
+"""torch.export → the guardless graph format (docs/graph-format.md).
+
+The model is exported with `torch.export.export`, decomposed to core ATen (keeping
+`scaled_dot_product_attention` whole), and its FX graph written as JSON: arguments by their ATen
+schema names, SymInt arithmetic (`sym_size`, `operator.mul`, …) folded into symbolic expressions,
+`getitem` into element references, `_assert_scalar` into asserts, parameters and buffers into
+inputs of their kind, whose values go to a safetensors file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+from dataclasses import dataclass, field
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+SUPPORTED_TORCH = ("2.15",)
+
+_DTYPES = {
+    torch.float64: "f64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+
+# SymInt arithmetic folded into expressions instead of nodes.
+_SYM_OPS = {
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+    operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne,
+    torch.sym_max, torch.sym_min, torch.sym_not,
+}
+
+
+class ExportError(Exception):
+    """What the exporter could not translate: every such node, with its op."""
+
+
+def supported_ops() -> set[str]:
+    """The overloads guardless reads (`ir/src/graph/schemas.txt`, shipped beside the package or
+    found in the repository), e.g. `aten.mm.default`."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "schemas.txt"), os.path.join(here, "..", "..", "ir", "src", "graph", "schemas.txt")):
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = [l.split("#")[0].strip() for l in f]
+            return {l.split("(")[0] for l in lines if l}
+    raise ExportError("schemas.txt not found beside the package nor in the repository")
+
+
+@dataclass
+class Exported:
+    graph: dict
+    parameters: dict = field(default_factory=dict)
+
+    def save(self, graph_path: str, parameters_path: str | None = None) -> None:
+        with open(graph_path, "w") as f:
+            json.dump(self.graph, f, indent=1)
+        if parameters_path is not None:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in self.parameters.items()}, parameters_path)
+
+
+def _decompositions():
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
+
+
+def _expr(v) -> str:
+    """A SymInt/SymBool/int as the graph format's symbolic text."""
+    if isinstance(v, (torch.SymInt, torch.SymBool)):
+        return str(v.node.expr)
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    return str(int(v))
+
+
+def unbacked_spec(example_inputs, unbacked: dict, names: list[str]):
+    """`dynamic_shapes` making the given dims unbacked: `{input: {dim: (name, min, max)}}`."""
+    from torch.fx.experimental.dynamic_spec import ShapesSpec, ShapeVar, TensorSpec
+
+    specs = {}
+    for name, x in zip(names, example_inputs):
+        dims = unbacked.get(name)
+        if dims is None:
+            continue
+        shape = [None] * x.dim()
+        for d, (sym, lo, hi) in dims.items():
+            shape[d] = ShapeVar(sym, min=lo, max=hi)
+        specs[name] = TensorSpec(shape)
+    return ShapesSpec(specs)
+
+
+def export(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    dynamic_shapes=None,
+    unbacked: dict | None = None,
+    optimization_hints: dict | None = None,
+    name: str | None = None,
+) -> Exported:
+    """Exports `model` called on `example_inputs`.
+
+    `dynamic_shapes` is torch.export's. `unbacked` (`{input: {dim: (symbol, min, max)}}`) makes those
+    dimensions unbacked instead; `optimization_hints` maps unbacked symbol names to the size to tune
+    for.
+    """
+    if not torch.__version__.startswith(SUPPORTED_TORCH):
+        raise ExportError(f"torch {torch.__version__}: the exporter supports {SUPPORTED_TORCH}")
+    import inspect
+
+    params = list(inspect.signature(model.forward).parameters)
+    if unbacked:
+        dynamic_shapes = unbacked_spec(example_inputs, unbacked, params)
+    ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    ep = ep.run_decompositions(_decompositions())
+    hints = dict(optimization_hints or {})
+    if unbacked:
+        # torch names the symbols itself (u0, …): hints given by the user's names follow them.
+        user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+        placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        for pos, pname in enumerate(params):
+            for d, (sym, _, _) in unbacked.get(pname, {}).items():
+                if sym in hints and pos < len(user):
+                    actual = _expr(placeholders[user[pos]].meta["val"].shape[d])
+                    hints[actual] = hints.pop(sym)
+    return from_exported(ep, hints, name or type(model).__name__)
+
+
+def _backed_values(shape_env) -> dict:
+    # torch 2.15 renamed var_to_val (backed symbols' example values).
+    if hasattr(shape_env, "backed_var_to_val"):
+        return shape_env.backed_var_to_val
+    return shape_env.var_to_val
+
+
+def _symbols(ep: ExportedProgram, hints: dict) -> list[dict]:
+    shape_env = None
+    for n in ep.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode") and v.fake_mode is not None:
+            shape_env = v.fake_mode.shape_env
+            break
+    out = []
+    for sym, vr in ep.range_constraints.items():
+        name = str(sym)
+        lo = int(vr.lower) if math.isfinite(float(vr.lower)) else None
+        hi = int(vr.upper) if math.isfinite(float(vr.upper)) else None
+        backed = shape_env is not None and sym in _backed_values(shape_env)
+        entry = {"name": name, "kind": "backed" if backed else "unbacked", "min": lo, "max": hi}
+        if backed:
+            entry["hint"] = int(_backed_values(shape_env)[sym])
+        elif name in hints:
+            entry["optimization_hint"] = int(hints[name])
+        out.append(entry)
+    out.sort(key=lambda s: s["name"])
+    return out
+
+
+class _Writer:
+    def __init__(self, ep: ExportedProgram):
+        self.ep = ep
+        self.refs: dict = {}  # fx node → JSON value standing for it
+        self.nodes: list[dict] = []
+        self.asserts: list[str] = []
+        self.errors: list[str] = []
+        self.supported = supported_ops()
+
+    def value(self, a, schema_type=None):
+        if isinstance(a, torch.fx.Node):
+            if a not in self.refs:
+                raise ExportError(f"node '{a.name}' is used before it is defined")
+            return self.refs[a]
+        if isinstance(a, (list, tuple)):
+            return [self.value(x) for x in a]
+        if isinstance(a, bool) or a is None:
+            return a
+        if isinstance(a, int):
+            return a
+        if isinstance(a, float):
+            if math.isinf(a):
+                return {"float": "inf" if a > 0 else "-inf"}
+            if math.isnan(a):
+                return {"float": "nan"}
+            return a
+        if isinstance(a, (torch.SymInt, torch.SymBool)):
+            return _expr(a)
+        if isinstance(a, torch.dtype):
+            return {"dtype": _DTYPES[a]}
+        if isinstance(a, torch.device):
+            return str(a)
+        if isinstance(a, torch.layout):
+            return "strided"
+        if isinstance(a, torch.memory_format):
+            return str(a).replace("torch.", "")
+        if isinstance(a, str):
+            return a
+        raise ExportError(f"an argument of type {type(a).__name__}: {a!r}")
+
+    def placeholder(self, n: torch.fx.Node, kind: str, inputs: list):
+        v = n.meta["val"]
+        entry = {"name": n.name, "dtype": _DTYPES[v.dtype], "shape": [_expr(d) if not isinstance(d, int) else d for d in v.shape]}
+        if kind != "user":
+            entry["kind"] = kind
+        inputs.append(entry)
+        self.refs[n] = {"tensor": n.name}
+
+    def call(self, n: torch.fx.Node):
+        t = n.target
+        if t is operator.getitem:
+            src, i = n.args
+            self.refs[n] = {"tensor": src.name, "index": i}
+            return
+        if t in _SYM_OPS or (hasattr(t, "name") and t.name() == "aten::sym_size.int"):
+            # A size expression: its value is the expression.
+            self.refs[n] = _expr(n.meta["val"])
+            return
+        if t is torch.ops.aten._assert_scalar.default:
+            self.asserts.append(_expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"]))
+            return
+        if not isinstance(t, torch._ops.OpOverload):
+            self.errors.append(f"node '{n.name}': {t} is not an ATen op")
+            return
+        schema = t._schema
+        args = {}
+        try:
+            for i, arg in enumerate(schema.arguments):
+                if i < len(n.args):
+                    val = n.args[i]
+                elif arg.name in n.kwargs:
+                    val = n.kwargs[arg.name]
+                else:
+                    continue
+                args[arg.name] = self.value(val)
+        except ExportError as e:
+            self.errors.append(f"node '{n.name}' ({t}): {e}")
+            return
+        op = f"aten.{t._opname}.{t._overloadname}" if t.namespace == "aten" else str(t)
+        if op not in self.supported:
+            self.errors.append(f"node '{n.name}': {op} is not supported by guardless")
+            self.refs[n] = {"tensor": n.name}
+            return
+        node = {"name": n.name, "op": op, "args": args}
+        v = n.meta.get("val")
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            node["symbol"] = _expr(v)
+        elif isinstance(v, torch.Tensor) and any(not isinstance(d, int) and str(d.node.expr).startswith("u") and d.node.expr.is_symbol for d in v.shape):
+            node["shape"] = [_expr(d) if not isinstance(d, int) else d for d in v.shape]
+        self.nodes.append(node)
+        self.refs[n] = {"tensor": n.name}
+
+
+def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
+    w = _Writer(ep)
+    kinds = {}
+    params = {}
+    state = dict(ep.state_dict)
+    state.update(getattr(ep, "constants", {}) or {})
+    for spec in ep.graph_signature.input_specs:
+        kind = {
+            InputKind.USER_INPUT: "user",
+            InputKind.PARAMETER: "parameter",
+            InputKind.BUFFER: "buffer",
+            InputKind.CONSTANT_TENSOR: "constant",
+        }.get(spec.kind)
+        if kind is None:
+            raise ExportError(f"input '{spec.arg.name}': {spec.kind} inputs are not supported")
+        kinds[spec.arg.name] = kind
+        if kind != "user":
+            params[spec.arg.name] = state[spec.target]
+    inputs: list[dict] = []
+    outputs: list = []
+    for n in ep.graph.nodes:
+        if n.op == "placeholder":
+            w.placeholder(n, kinds.get(n.name, "user"), inputs)
+        elif n.op == "call_function":
+            w.call(n)
+        elif n.op == "output":
+            outputs = [w.value(o) for o in n.args[0]]
+        else:
+            w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
+    if w.errors:
+        raise ExportError("cannot translate:\n  " + "\n  ".join(w.errors))
+    graph = {
+        "format": "guardless-graph",
+        "version": 1,
+        "name": name,
+        "symbols": _symbols(ep, hints),
+        "inputs": inputs,
+        "nodes": w.nodes,
+        "outputs": outputs,
+    }
+    if w.asserts:
+        graph["asserts"] = w.asserts
+    return Exported(graph, params)

@@ -1,0 +1,116 @@
+"""The exporter end to end: export a small model (backed, then unbacked), run the graph with the
+guardless CLI on the CPU backend at sizes other than the example's, compare with eager PyTorch.
+
+Run with the torch venv: `.tools/torch-venv/bin/python -m unittest discover -s python/tests`;
+`GUARDLESS_BIN` names the CLI (default: target/debug/guardless).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import guardless  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("GUARDLESS_BIN", os.path.join(ROOT, "target", "debug", "guardless"))
+
+
+class Block(torch.nn.Module):
+    """RMSNorm, a gated MLP and a residual: the shape of a decoder's second half."""
+
+    def __init__(self, d=64, h=96):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(d, eps=1e-6)
+        self.gate = torch.nn.Linear(d, h, bias=False)
+        self.up = torch.nn.Linear(d, h, bias=False)
+        self.down = torch.nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(y)) * self.up(y))
+
+
+def run_guardless(exported, inputs, tmp):
+    graph = os.path.join(tmp, "graph.json")
+    exported.save(graph)
+    tensors = dict(exported.parameters)
+    user = [i["name"] for i in exported.graph["inputs"] if i.get("kind", "user") == "user"]
+    tensors.update(dict(zip(user, inputs)))
+    fin, fout = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, fin)
+    r = subprocess.run(
+        [BIN, "run", graph, "--device", "cpu", "--inputs", fin, "--save-outputs", fout],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise AssertionError(f"guardless run failed: {r.stderr}")
+    out = load_file(fout)
+    return [out[k] for k in sorted(out)]
+
+
+class ExportTest(unittest.TestCase):
+    def setUp(self):
+        if not os.path.exists(BIN):
+            self.skipTest(f"no guardless CLI at {BIN} (build it, or set GUARDLESS_BIN)")
+        torch.manual_seed(0)
+        self.model = Block().eval()
+
+    def check(self, exported, sizes):
+        for n in sizes:
+            x = torch.randn(n, 64)
+            with torch.no_grad():
+                want = self.model(x)
+            with tempfile.TemporaryDirectory() as tmp:
+                (got,) = run_guardless(exported, [x], tmp)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+    def test_backed_batch(self):
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        e = guardless.export(self.model, (torch.randn(8, 64),), dynamic_shapes={"x": {0: batch}})
+        (sym,) = e.graph["symbols"]
+        self.assertEqual((sym["kind"], sym["hint"], sym["max"]), ("backed", 8, 1024))
+        kinds = sorted(i.get("kind", "user") for i in e.graph["inputs"])
+        self.assertEqual(kinds, ["parameter"] * 4 + ["user"])
+        self.assertEqual(set(e.parameters), {i["name"] for i in e.graph["inputs"] if "kind" in i})
+        ops = {n["op"] for n in e.graph["nodes"]}
+        self.assertIn("aten.mm.default", ops)
+        self.check(e, [1, 3, 200])
+
+    def test_unbacked_tokens(self):
+        e = guardless.export(
+            self.model,
+            (torch.randn(8, 64),),
+            unbacked={"x": {0: ("n", 1, 4096)}},
+            optimization_hints={"n": 512},
+        )
+        (sym,) = e.graph["symbols"]
+        self.assertEqual(sym["kind"], "unbacked")
+        self.assertEqual((sym["min"], sym["max"], sym["optimization_hint"]), (1, 4096, 512))
+        self.assertNotIn("hint", sym)
+        # The range is checked in-graph (torch's _assert_scalar nodes become asserts).
+        name = sym["name"]
+        self.assertEqual(sorted(e.graph["asserts"]), sorted([f"{name} <= 4096", f"{name} >= 1"]))
+        self.check(e, [1, 5, 300])
+
+    def test_untranslatable_ops_are_all_listed(self):
+        class Odd(torch.nn.Module):
+            def forward(self, x):
+                return torch.special.i0(x) + torch.special.i1(x).sin()
+
+        with self.assertRaises(guardless.ExportError) as e:
+            guardless.export(Odd(), (torch.randn(4),))
+        text = str(e.exception)
+        # Every op it cannot take, each with its node, not just the first.
+        self.assertIn("aten.i0.default is not supported", text)
+        self.assertIn("aten.special_i1.default is not supported", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
