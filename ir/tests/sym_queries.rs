@@ -346,3 +346,19 @@ fn fresh_symbols() {
     assert_ne!(env.text(s), env.text(u));
     assert!(env.text(s).starts_with('s') && env.text(u).starts_with('u'));
 }
+
+#[test]
+fn a_product_with_a_zero_factor_is_zero_however_large_the_others() {
+    // Found by sym_props: Python's integers reach 0 without overflowing on the way.
+    let mut env = env();
+    let x = e(&mut env, "u0**6 * u2**6 * Max(0, 1 - u1)**3");
+    let id = |env: &ShapeEnv, n: &str| env.symbol_id(n).unwrap();
+    let mut b = Bindings::new();
+    b.set(id(&env, "u0"), 902)
+        .set(id(&env, "u1"), 1)
+        .set(id(&env, "u2"), 3743);
+    assert_eq!(env.evaluate(x, &b), Ok(0));
+    // Without the zero, the overflow is still an error, not a wrong value.
+    b.set(id(&env, "u1"), -1);
+    assert!(env.evaluate(x, &b).is_err());
+}

@@ -281,7 +281,17 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
             params[spec.arg.name] = state[spec.target]
     inputs: list[dict] = []
     outputs: list = []
+    # Tied weights (GPT-2's lm_head and wte): one input, stored once.
+    first_of: dict = {}
     for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in params:
+            t = params[n.name]
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+            if key in first_of:
+                w.refs[n] = {"tensor": first_of[key]}
+                del params[n.name]
+                continue
+            first_of[key] = n.name
         if n.op == "placeholder":
             w.placeholder(n, kinds.get(n.name, "user"), inputs)
         elif n.op == "call_function":

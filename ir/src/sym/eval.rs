@@ -112,6 +112,11 @@ impl ExprPool {
             }
             Node::Mul(factors) => {
                 let vals = self.operands(factors.iter().map(|f| f.0), value_of)?;
+                // A zero factor makes the product 0 however large the others are (Python's
+                // integers do not overflow on the way there).
+                if vals.contains(&0) {
+                    return Ok(0);
+                }
                 let mut acc: i128 = 1;
                 for (&(_, n), v) in factors.iter().zip(vals) {
                     for _ in 0..n {
@@ -169,6 +174,9 @@ impl ExprPool {
             Node::Not(a) => i128::from(self.eval_exact(*a, value_of)? == 0),
             Node::Unfolded(op, a, b) => {
                 let v = self.operands([*a, *b].into_iter(), value_of)?;
+                if *op == ArithOp::Mul && v.contains(&0) {
+                    return Ok(0);
+                }
                 checked(
                     self,
                     match op {

@@ -1,0 +1,54 @@
+"""The corpus (corpus.py): seven architectures, each exported with dynamic batch and sequence,
+backed and unbacked, run by guardless on the CPU backend at three sizes other than the example's
+and compared with eager PyTorch (torch.testing.assert_close). No op may be unsupported."""
+
+import os
+import unittest
+
+import corpus
+import guardless
+
+
+class CorpusTest(unittest.TestCase):
+    def setUp(self):
+        if not os.path.exists(corpus.BIN):
+            self.skipTest(f"no guardless CLI at {corpus.BIN} (build it, or set GUARDLESS_BIN)")
+
+    def run_model(self, name):
+        model = corpus.build(name)
+        for kind in ("backed", "unbacked"):
+            with self.subTest(kind=kind):
+                e = corpus.export(model, kind)  # an unsupported op raises, listing them all
+                syms = {s["kind"] for s in e.graph["symbols"]}
+                self.assertEqual(syms, {kind}, e.graph["symbols"])
+                err, _ = corpus.compare(model, e, corpus.SIZES[kind])
+                self.assertLess(err, 1e-4)
+
+    def test_llama(self):
+        self.run_model("llama")
+
+    def test_qwen2(self):
+        self.run_model("qwen2")
+
+    def test_qwen3(self):
+        self.run_model("qwen3")
+
+    def test_mistral_past_its_sliding_window(self):
+        self.run_model("mistral")
+
+    def test_gpt2_with_tied_weights_stored_once(self):
+        self.run_model("gpt2")
+        e = corpus.export(corpus.build("gpt2"), "backed")
+        names = [i["name"] for i in e.graph["inputs"]]
+        self.assertFalse(any("lm_head" in n for n in names), names)
+        self.assertEqual(len(e.parameters), len([i for i in e.graph["inputs"] if "kind" in i]))
+
+    def test_bert(self):
+        self.run_model("bert")
+
+    def test_mixtral_batched_mm(self):
+        self.run_model("mixtral")
+
+
+if __name__ == "__main__":
+    unittest.main()
