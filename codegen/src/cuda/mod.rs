@@ -15,7 +15,7 @@ use serde::Serialize;
 use tera::{Context, Tera};
 
 use crate::schedule::config::{member_map, persistent_limit, IndexType, Strategy, Variant};
-use crate::schedule::{Kernel, Role, Schedule};
+use crate::schedule::{Kernel, Residence, Role, Schedule};
 pub use body::storage_type;
 use body::{compute_type, identity, Read, Scope};
 
@@ -357,11 +357,7 @@ fn render_bodies(
         if let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind {
             for (op, _) in &body.ops {
                 if let guardless_ir::loop_ir::Op::Load { buffer, .. } = op {
-                    let in_memory = match member_of.get(buffer).map(|&i| &k.members[i]) {
-                        None => true,
-                        Some(x) => x.role == Role::Elementwise && x.pass < m.pass,
-                    };
-                    if in_memory {
+                    if k.residence(*buffer, m.pass) == Residence::Memory {
                         note(*buffer, false);
                     }
                 }
@@ -533,11 +529,9 @@ fn render_bodies(
             .members
             .iter()
             .any(|m| match &p.buffers[m.buffer.index()].kind {
-                BufferKind::Computed { body, .. } => divides_per_element(body, &|b| {
-                    member_of
-                        .get(&b)
-                        .is_some_and(|&i| k.members[i].role != Role::Elementwise)
-                }),
+                BufferKind::Computed { body, .. } => {
+                    divides_per_element(body, &|b| k.residence(b, m.pass) == Residence::RowValue)
+                }
                 _ => false,
             });
         if divides {
@@ -582,10 +576,10 @@ fn render_bodies(
                 continue;
             }
             let read = |b: BufferId| -> Read {
-                match member_of.get(&b).map(|&i| &k.members[i]) {
-                    Some(x) if x.role != Role::Elementwise => Read::Register(row_name(b)),
-                    Some(x) if x.pass == pass => Read::Register(val_name(b)),
-                    _ => Read::Memory(pointers[b.index()].clone()),
+                match k.residence(b, pass) {
+                    Residence::RowValue => Read::Register(row_name(b)),
+                    Residence::Element => Read::Register(val_name(b)),
+                    Residence::Memory => Read::Memory(pointers[b.index()].clone()),
                 }
             };
             let store_index = buf.layout.index(&mut p.env, &loops.vars);

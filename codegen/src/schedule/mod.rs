@@ -41,6 +41,18 @@ pub struct Member {
     pub stored: Option<&'static str>,
 }
 
+/// Where a member of a kernel finds a buffer it reads.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Residence {
+    /// A row value of the kernel (a reduction or a row-level member), in a register.
+    RowValue,
+    /// An elementwise member of the same pass: this element's value, in a register.
+    Element,
+    /// Anything else: from memory (another kernel's buffer, or a member stored in an earlier
+    /// pass).
+    Memory,
+}
+
 /// A fused kernel: members computed together, row by row.
 #[derive(Clone, Debug)]
 pub struct Kernel {
@@ -58,6 +70,17 @@ pub struct Kernel {
     pub reasons: Vec<String>,
     /// The kernel's loop variables: one per outer, then per inner dimension.
     pub vars: Vec<Expr>,
+}
+
+impl Kernel {
+    /// Where a member computed in pass `pass` reads `buffer`.
+    pub fn residence(&self, buffer: BufferId, pass: usize) -> Residence {
+        match self.members.iter().find(|m| m.buffer == buffer) {
+            Some(m) if m.role != Role::Elementwise => Residence::RowValue,
+            Some(m) if m.pass == pass => Residence::Element,
+            _ => Residence::Memory,
+        }
+    }
 }
 
 /// One step of the compiled program, in execution order.

@@ -25,7 +25,9 @@ struct State<'p> {
     b: Bindings,
     blocks: Vec<Block>,
     home: Vec<usize>,
+    /// Every symbol's value for the kernels, recomputed only after bindings changed.
     syms: Vec<i64>,
+    syms_stale: bool,
     poison: bool,
 }
 
@@ -84,13 +86,18 @@ impl State<'_> {
         Ok(if empty { 0 } else { extent.max(0) as usize })
     }
 
-    fn refresh_symbols(&mut self) {
-        let env = &self.p.env;
-        for (i, v) in self.syms.iter_mut().enumerate() {
-            *v = env
-                .symbol_value(SymbolId::from_index(i), &self.b)
-                .unwrap_or(0);
+    /// The symbol table the kernels read, brought up to date with the bindings.
+    fn symbols(&mut self) -> *const i64 {
+        if self.syms_stale {
+            let env = &self.p.env;
+            for (i, v) in self.syms.iter_mut().enumerate() {
+                *v = env
+                    .symbol_value(SymbolId::from_index(i), &self.b)
+                    .unwrap_or(0);
+            }
+            self.syms_stale = false;
         }
+        self.syms.as_ptr()
     }
 
     fn pointers(&mut self) -> Vec<*mut u8> {
@@ -189,9 +196,9 @@ pub(super) fn session<'p>(
         blocks: (0..slots + n).map(|_| Block::default()).collect(),
         home,
         syms: vec![0; p.env.pool().symbol_count()],
+        syms_stale: true,
         poison: options.poison,
     };
-    st.refresh_symbols();
     for step in &s.steps {
         if let Step::Input(id) = step {
             input(&mut st, *id, inputs)?;
@@ -214,7 +221,7 @@ impl Session<'_> {
     /// Runs every step after the inputs.
     pub fn execute(&mut self) -> Result<(), RunError> {
         self.st.b = self.given.clone();
-        self.st.refresh_symbols();
+        self.st.syms_stale = true;
         for step in &self.cp.schedule.steps {
             match step {
                 Step::Input(_) | Step::View(_) => {}
@@ -324,7 +331,7 @@ fn kernel(
     } else {
         1
     };
-    let args = SendPtr(ptrs.as_ptr(), st.syms.as_ptr());
+    let args = SendPtr(ptrs.as_ptr(), st.symbols());
     // Per part: the error code and the values its message shows, and the row cache.
     let mut errs = vec![[0i64; 4]; parts];
     let words = jit.cache_slots[ki] * len.max(0) as usize;
@@ -387,7 +394,7 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
         values.push((r, memory::to_data(blk.as_bytes(), rb.dtype, n)));
     }
     let data = p.run_library_step(id, &values, &mut st.b)?;
-    st.refresh_symbols();
+    st.syms_stale = true;
     if matches!(buf.kind, BufferKind::Item { .. }) {
         return Ok(());
     }

@@ -305,16 +305,21 @@ impl<'a, 'c> Emitter<'a, 'c> {
         Ok(b.build_select(adjust, r1, r, "")?.into_int_value())
     }
 
-    /// The block that records error `message` and returns.
-    pub fn fail_block(&mut self, message: String) -> inkwell::basic_block::BasicBlock<'c> {
+    /// The index of error `message` of the current buffer (code = index + 1), added if new.
+    fn error_code(&mut self, message: String) -> usize {
         let key = (self.current.0.clone(), self.current.1.clone(), message);
-        let code = match self.errors.iter().position(|m| *m == key) {
+        match self.errors.iter().position(|m| *m == key) {
             Some(i) => i,
             None => {
                 self.errors.push(key);
                 self.errors.len() - 1
             }
-        };
+        }
+    }
+
+    /// The block that records error `message` and returns.
+    pub fn fail_block(&mut self, message: String) -> inkwell::basic_block::BasicBlock<'c> {
+        let code = self.error_code(message);
         if let Some(&bb) = self.fail_blocks.get(&code) {
             return bb;
         }
@@ -338,14 +343,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
         message: String,
         values: &[IntValue<'c>],
     ) -> R<()> {
-        let key = (self.current.0.clone(), self.current.1.clone(), message);
-        let code = match self.errors.iter().position(|m| *m == key) {
-            Some(i) => i,
-            None => {
-                self.errors.push(key);
-                self.errors.len() - 1
-            }
-        };
+        let code = self.error_code(message);
         let fail = self.cx.append_basic_block(self.function, "fail");
         let next = self.cx.append_basic_block(self.function, "ok");
         self.b.build_conditional_branch(ok, next, fail)?;
@@ -393,17 +391,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
         t: inkwell::types::BasicTypeEnum<'c>,
         args: &[BasicValueEnum<'c>],
     ) -> R<BasicValueEnum<'c>> {
-        let f = Intrinsic::find(name)
-            .expect("an LLVM intrinsic")
-            .get_declaration(self.module, &[t])
-            .expect("declared");
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        Ok(self
-            .b
-            .build_call(f, &args, "")?
-            .try_as_basic_value()
-            .basic()
-            .expect("returns a value"))
+        call_intrinsic(self.module, self.b, name, &[t], args)
     }
 
     /// Loads element `index` of a buffer of `d` and widens it to its compute type.
@@ -522,16 +510,14 @@ impl<'a, 'c> Emitter<'a, 'c> {
             }
             (Val::F(f), false) => {
                 let t = f.get_type();
-                let f_ = Intrinsic::find("llvm.fptosi.sat")
-                    .expect("fptosi.sat")
-                    .get_declaration(self.module, &[self.i64().into(), t.into()])
-                    .expect("declared");
-                let x = b
-                    .build_call(f_, &[f.into()], "")?
-                    .try_as_basic_value()
-                    .basic()
-                    .expect("a value")
-                    .into_int_value();
+                let x = call_intrinsic(
+                    self.module,
+                    b,
+                    "llvm.fptosi.sat",
+                    &[self.i64().into(), t.into()],
+                    &[f.into()],
+                )?
+                .into_int_value();
                 Val::I(x)
             }
             (Val::I(i), false) => Val::I(i),
@@ -1054,16 +1040,7 @@ pub fn build_exp_f32<'c>(
     let f = cx.f32_type();
     let i32t = cx.i32_type();
     let intrinsic = |name: &str, args: &[BasicValueEnum<'c>]| -> R<FloatValue<'c>> {
-        let d = Intrinsic::find(name)
-            .expect("an LLVM intrinsic")
-            .get_declaration(module, &[f.into()])
-            .expect("declared");
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        Ok(b.build_call(d, &args, "")?
-            .try_as_basic_value()
-            .basic()
-            .expect("a value")
-            .into_float_value())
+        Ok(call_intrinsic(module, b, name, &[f.into()], args)?.into_float_value())
     };
     let c = |v: f64| f.const_float(v);
     let t = b.build_float_mul(x, c(std::f64::consts::LOG2_E), "")?;
@@ -1109,4 +1086,23 @@ pub fn build_exp_f32<'c>(
     let y = b.build_select(small, c(0.0), y, "")?.into_float_value();
     let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "")?;
     Ok(b.build_select(nan, x, y, "")?.into_float_value())
+}
+
+/// Calls LLVM intrinsic `name`, overloaded on `types` (empty for one that is not), with `args`.
+pub fn call_intrinsic<'c>(
+    module: &Module<'c>,
+    b: &Builder<'c>,
+    name: &str,
+    types: &[inkwell::types::BasicTypeEnum<'c>],
+    args: &[BasicValueEnum<'c>],
+) -> R<BasicValueEnum<'c>> {
+    let f = Intrinsic::find(name)
+        .unwrap_or_else(|| panic!("LLVM has no intrinsic {name}"))
+        .get_declaration(module, types)
+        .unwrap_or_else(|| panic!("{name} is not overloaded on {types:?}"));
+    let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+    Ok(b.build_call(f, &args, "")?
+        .try_as_basic_value()
+        .basic()
+        .expect("intrinsics called here return a value"))
 }

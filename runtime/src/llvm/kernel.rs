@@ -6,11 +6,11 @@
 //! walks contiguously (so LLVM vectorizes it).
 
 use inkwell::basic_block::BasicBlock;
-use inkwell::values::{FunctionValue, IntValue, PointerValue};
+use inkwell::values::{IntValue, PointerValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use rustc_hash::FxHashMap;
 
-use guardless_codegen::schedule::{member_map, Kernel, Role};
+use guardless_codegen::schedule::{member_map, Kernel, Residence, Role};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{
     BinaryOp, BufferId, BufferKind, Constant, Op, Program, ReductionKind, UnaryOp,
@@ -90,11 +90,11 @@ enum Key {
 /// (after each member's variables are put in the kernel's terms) share a number. A transcendental
 /// value computed per element in one pass and again in a later one goes to the row cache: stored
 /// where first computed, loaded after. Bodies that bind data-dependent indices are left alone.
-fn plan_row_cache(p: &mut Program, members: &mut [MemberPlan]) -> usize {
+fn plan_row_cache(p: &mut Program, kernel: &Kernel, members: &mut [MemberPlan]) -> usize {
     let mut ids: FxHashMap<Key, u32> = FxHashMap::default();
     let mut result_of: FxHashMap<BufferId, u32> = FxHashMap::default();
-    for mi in 0..members.len() {
-        let BufferKind::Computed { body, .. } = p.buffers[members[mi].buffer.index()].kind.clone()
+    for (mi, member) in members.iter_mut().enumerate() {
+        let BufferKind::Computed { body, .. } = p.buffers[member.buffer.index()].kind.clone()
         else {
             continue;
         };
@@ -108,26 +108,23 @@ fn plan_row_cache(p: &mut Program, members: &mut [MemberPlan]) -> usize {
                     buffer,
                     index,
                     mask,
-                } => match members.iter().find(|m| m.buffer == buffer) {
-                    Some(m) if m.role != Role::Elementwise => Key::RowValue(buffer),
-                    Some(m) if m.pass == members[mi].pass => {
-                        let r = result_of.get(&buffer).copied();
-                        match r {
-                            Some(r) => {
-                                keys.push(r);
-                                continue;
-                            }
-                            None => Key::Unique(mi, oi),
+                } => match kernel.residence(buffer, member.pass) {
+                    Residence::RowValue => Key::RowValue(buffer),
+                    Residence::Element => match result_of.get(&buffer) {
+                        Some(&r) => {
+                            keys.push(r);
+                            continue;
                         }
-                    }
-                    _ => {
-                        let e = p.env.pool_mut().substitute_pairs(index, &members[mi].vars);
+                        None => Key::Unique(mi, oi),
+                    },
+                    Residence::Memory => {
+                        let e = p.env.pool_mut().substitute_pairs(index, &member.vars);
                         Key::Load(buffer, p.env.simplify(e), mask.map(k))
                     }
                 },
                 Op::Constant(c) => Key::Const(c, d),
                 Op::Index(e, mask) => {
-                    let e = p.env.pool_mut().substitute_pairs(e, &members[mi].vars);
+                    let e = p.env.pool_mut().substitute_pairs(e, &member.vars);
                     Key::Index(p.env.simplify(e), mask.map(k))
                 }
                 Op::Unary(u, a) => Key::Unary(u, d, k(a)),
@@ -140,9 +137,9 @@ fn plan_row_cache(p: &mut Program, members: &mut [MemberPlan]) -> usize {
             keys.push(*ids.entry(key).or_insert(n));
         }
         if let Some(r) = body.result {
-            result_of.insert(members[mi].buffer, keys[r.0 as usize]);
+            result_of.insert(member.buffer, keys[r.0 as usize]);
         }
-        members[mi].keys = keys;
+        member.keys = keys;
     }
     // The first pass computing each transcendental per-element value, and where.
     let mut first: FxHashMap<u32, (usize, usize, usize)> = FxHashMap::default();
@@ -183,7 +180,7 @@ fn plan_row_cache(p: &mut Program, members: &mut [MemberPlan]) -> usize {
 pub fn plan_members(p: &mut Program, k: &Kernel, row_cache: bool) -> (Vec<MemberPlan>, usize) {
     let mut members = member_plans(p, k);
     let slots = if row_cache {
-        plan_row_cache(p, &mut members)
+        plan_row_cache(p, k, &mut members)
     } else {
         0
     };
@@ -228,6 +225,7 @@ struct Acc<'c> {
 pub struct KernelEmitter<'e, 'a, 'c> {
     pub e: &'e mut Emitter<'a, 'c>,
     pub p: &'a Program,
+    kernel: &'a Kernel,
     pub shape: KernelShape,
     pub members: Vec<MemberPlan>,
     /// Row values (reductions finished, row-level members) and this element's values.
@@ -243,13 +241,14 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
     pub fn new(
         e: &'e mut Emitter<'a, 'c>,
         p: &'a Program,
-        shape: KernelShape,
+        kernel: &'a Kernel,
         members: Vec<MemberPlan>,
     ) -> Self {
         KernelEmitter {
             e,
             p,
-            shape,
+            kernel,
+            shape: shape_of(kernel),
             members,
             row_vals: FxHashMap::default(),
             elem_vals: FxHashMap::default(),
@@ -363,12 +362,10 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         let mut sources: FxHashMap<BufferId, Source<'c>> = FxHashMap::default();
         for (op, _) in &body.ops {
             if let guardless_ir::loop_ir::Op::Load { buffer, .. } = op {
-                let s = match self.members.iter().find(|x| x.buffer == *buffer) {
-                    Some(x) if x.role != Role::Elementwise => {
-                        Source::Register(self.row_vals[buffer])
-                    }
-                    Some(x) if x.pass == pass => Source::Register(self.elem_vals[buffer]),
-                    _ => Source::Memory(self.e.pointer(*buffer)?),
+                let s = match self.kernel.residence(*buffer, pass) {
+                    Residence::RowValue => Source::Register(self.row_vals[buffer]),
+                    Residence::Element => Source::Register(self.elem_vals[buffer]),
+                    Residence::Memory => Source::Memory(self.e.pointer(*buffer)?),
                 };
                 sources.insert(*buffer, s);
             }
@@ -403,18 +400,12 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         self.e.store(ptr, i, dtype, v)
     }
 
-    pub fn emit(
-        &mut self,
-        function: FunctionValue<'c>,
-        begin: IntValue<'c>,
-        end: IntValue<'c>,
-    ) -> R<()> {
-        let _ = function;
+    pub fn emit(&mut self, begin: IntValue<'c>, end: IntValue<'c>) -> R<()> {
         let passes = self.members.iter().map(|m| m.pass).max().unwrap_or(0) + 1;
         let shape = self.shape.clone();
         // Accumulators live in the entry block's frame.
         let mut accs: Vec<Acc<'c>> = Vec::new();
-        for (mi, m) in self.members.iter().enumerate() {
+        for m in &self.members {
             if m.role != Role::Reduction {
                 continue;
             }
@@ -445,7 +436,6 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
             } else {
                 None
             };
-            let _ = mi;
             accs.push(Acc {
                 buffer: m.buffer,
                 kind,
@@ -673,15 +663,14 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
                         } else {
                             "llvm.minimum"
                         };
-                        let f = inkwell::intrinsics::Intrinsic::find(name)
-                            .expect("intrinsic")
-                            .get_declaration(self.e.module, &[t.into()])
-                            .expect("declared");
-                        b.build_call(f, &[a.into(), v.into()], "")?
-                            .try_as_basic_value()
-                            .basic()
-                            .expect("a value")
-                            .into_float_value()
+                        super::emit::call_intrinsic(
+                            self.e.module,
+                            b,
+                            name,
+                            &[t.into()],
+                            &[a.into(), v.into()],
+                        )?
+                        .into_float_value()
                     }
                     ReductionKind::Any => {
                         let z = t.const_float(0.0);

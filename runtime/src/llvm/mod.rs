@@ -124,7 +124,6 @@ pub fn emit_kernel<'c>(
     for i in [0u32, 1, 4, 5] {
         function.add_attribute(AttributeLoc::Param(i), cx.create_enum_attribute(noalias, 0));
     }
-    let shape = kernel::shape_of(k);
     let (members, slots) = kernel::plan_members(p, k, row_cache);
     let entry_bb = cx.append_basic_block(function, "entry");
     let start_bb = cx.append_basic_block(function, "start");
@@ -156,9 +155,9 @@ pub fn emit_kernel<'c>(
     let begin = params[2].into_int_value();
     let end = params[3].into_int_value();
     {
-        let mut ke = kernel::KernelEmitter::new(&mut e, p_ref, shape, members);
+        let mut ke = kernel::KernelEmitter::new(&mut e, p_ref, k, members);
         ke.scratch = (slots > 0).then(|| params[5].into_pointer_value());
-        ke.emit(function, begin, end).map_err(llvm)?;
+        ke.emit(begin, end).map_err(llvm)?;
     }
     b.build_return(None).map_err(llvm)?;
     entry.build_unconditional_branch(start_bb).map_err(llvm)?;

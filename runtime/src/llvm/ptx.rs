@@ -6,7 +6,6 @@
 
 use inkwell::builder::Builder;
 use inkwell::context::Context;
-use inkwell::intrinsics::Intrinsic;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{
@@ -19,6 +18,7 @@ use rustc_hash::FxHashMap;
 use guardless_codegen::schedule::Schedule;
 use guardless_ir::loop_ir::Program;
 
+use super::emit::call_intrinsic;
 use super::{declare_helpers, emit_kernel, llvm, LlvmError};
 
 type R<T> = Result<T, inkwell::builder::BuilderError>;
@@ -90,20 +90,8 @@ pub fn generate(p: &mut Program, s: &Schedule, arch: &str) -> Result<PtxModule, 
     })
 }
 
-fn sreg<'c>(
-    cx: &'c Context,
-    module: &Module<'c>,
-    b: &Builder<'c>,
-    name: &str,
-) -> R<inkwell::values::IntValue<'c>> {
-    let f = module
-        .get_function(name)
-        .unwrap_or_else(|| module.add_function(name, cx.i32_type().fn_type(&[], false), None));
-    Ok(b.build_call(f, &[], "")?
-        .try_as_basic_value()
-        .basic()
-        .expect("a value")
-        .into_int_value())
+fn sreg<'c>(module: &Module<'c>, b: &Builder<'c>, name: &str) -> R<inkwell::values::IntValue<'c>> {
+    Ok(call_intrinsic(module, b, name, &[], &[])?.into_int_value())
 }
 
 /// `__global__ void rows(ptrs, syms, i64 rows, err)`: thread `i` runs row `i` of `f`.
@@ -121,9 +109,9 @@ fn wrapper<'c>(cx: &'c Context, module: &Module<'c>, f: FunctionValue<'c>, name:
     let run = cx.append_basic_block(k, "run");
     let done = cx.append_basic_block(k, "done");
     b.position_at_end(entry);
-    let ctaid = sreg(cx, module, &b, "llvm.nvvm.read.ptx.sreg.ctaid.x")?;
-    let ntid = sreg(cx, module, &b, "llvm.nvvm.read.ptx.sreg.ntid.x")?;
-    let tid = sreg(cx, module, &b, "llvm.nvvm.read.ptx.sreg.tid.x")?;
+    let ctaid = sreg(module, &b, "llvm.nvvm.read.ptx.sreg.ctaid.x")?;
+    let ntid = sreg(module, &b, "llvm.nvvm.read.ptx.sreg.ntid.x")?;
+    let tid = sreg(module, &b, "llvm.nvvm.read.ptx.sreg.tid.x")?;
     let block = b.build_int_mul(
         b.build_int_z_extend(ctaid, i64t, "")?,
         b.build_int_z_extend(ntid, i64t, "")?,
@@ -161,15 +149,7 @@ fn define_helpers<'c>(
 ) -> R<()> {
     let b = cx.create_builder();
     let nv = |b: &Builder<'c>, name: &str, x: FloatValue<'c>| -> R<FloatValue<'c>> {
-        let d = Intrinsic::find(name)
-            .expect("an NVVM intrinsic")
-            .get_declaration(module, &[])
-            .expect("declared");
-        Ok(b.build_call(d, &[x.into()], "")?
-            .try_as_basic_value()
-            .basic()
-            .expect("a value")
-            .into_float_value())
+        Ok(call_intrinsic(module, b, name, &[], &[x.into()])?.into_float_value())
     };
     for (&name, &f) in helpers {
         f.set_linkage(Linkage::Internal);
