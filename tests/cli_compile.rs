@@ -141,4 +141,14 @@ fn llvm_ptx_is_a_second_ptx_path() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not CUDA C"));
+    let unknown = std::process::Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &g, "--codegen", "tvm", "--emit", "ptx"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        err.contains("--codegen tvm: expected cuda or llvm-ptx"),
+        "{err}"
+    );
 }
