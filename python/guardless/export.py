@@ -79,6 +79,8 @@ def _decompositions():
 
 def _expr(v) -> str:
     """A SymInt/SymBool/int as the graph format's symbolic text."""
+    if isinstance(v, torch.SymFloat):
+        raise ExportError(f"a float scalar read from a tensor ({v.node.expr}): guardless's symbols are integers")
     if isinstance(v, (torch.SymInt, torch.SymBool)):
         return str(v.node.expr)
     if isinstance(v, bool):
@@ -168,9 +170,26 @@ def _symbols(ep: ExportedProgram, hints: dict) -> list[dict]:
     return out
 
 
+# `sym_` ops that are nodes (they narrow a symbol's range), not size expressions.
+_RANGE_OPS = ("aten::sym_constrain_range_for_size", "aten::sym_constrain_range")
+
+
+def _is_size_op(t) -> bool:
+    """`sym_size.int`, `sym_stride.int`, `sym_numel`, `sym_storage_offset`: a size expression."""
+    return isinstance(t, torch._ops.OpOverload) and t.name().startswith("aten::sym_") and t.name() not in _RANGE_OPS
+
+
+# Prims that AOT autograd's tracing leaves where torch.export leaves an ATen op: written as that
+# op, arguments renamed.
+_ALIASES = {
+    "prims.convert_element_type.default": ("aten._to_copy.default", {"a": "self"}),
+    "aten.true_divide.Tensor": ("aten.div.Tensor", {}),
+    "aten.true_divide.Scalar": ("aten.div.Scalar", {}),
+}
+
+
 class _Writer:
-    def __init__(self, ep: ExportedProgram):
-        self.ep = ep
+    def __init__(self):
         self.refs: dict = {}  # fx node → JSON value standing for it
         self.nodes: list[dict] = []
         self.asserts: list[str] = []
@@ -222,7 +241,7 @@ class _Writer:
             src, i = n.args
             self.refs[n] = {"tensor": src.name, "index": i}
             return
-        if t in _SYM_OPS or (hasattr(t, "name") and t.name() == "aten::sym_size.int"):
+        if t in _SYM_OPS or _is_size_op(t):
             # A size expression: its value is the expression.
             self.refs[n] = _expr(n.meta["val"])
             return
@@ -247,6 +266,9 @@ class _Writer:
             self.errors.append(f"node '{n.name}' ({t}): {e}")
             return
         op = f"aten.{t._opname}.{t._overloadname}" if t.namespace == "aten" else str(t)
+        if op in _ALIASES:
+            op, names = _ALIASES[op]
+            args = {names.get(k, k): v for k, v in args.items()}
         if op not in self.supported:
             self.errors.append(f"node '{n.name}': {op} is not supported by guardless")
             self.refs[n] = {"tensor": n.name}
@@ -254,15 +276,20 @@ class _Writer:
         node = {"name": n.name, "op": op, "args": args}
         v = n.meta.get("val")
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            node["symbol"] = _expr(v)
+            try:
+                node["symbol"] = _expr(v)
+            except ExportError as e:
+                self.errors.append(f"node '{n.name}' ({op}): {e}")
+                return
         elif isinstance(v, torch.Tensor) and any(not isinstance(d, int) and str(d.node.expr).startswith("u") and d.node.expr.is_symbol for d in v.shape):
             node["shape"] = [_expr(d) if not isinstance(d, int) else d for d in v.shape]
         self.nodes.append(node)
-        self.refs[n] = {"tensor": n.name}
+        # A scalar read from a tensor is used through its symbol.
+        self.refs[n] = node["symbol"] if "symbol" in node else {"tensor": n.name}
 
 
 def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
-    w = _Writer(ep)
+    w = _Writer()
     kinds = {}
     params = {}
     state = dict(ep.state_dict)

@@ -1,6 +1,7 @@
 """The corpus (corpus.py): seven architectures, each exported with dynamic batch and sequence,
 backed and unbacked, run by guardless on the CPU backend at three sizes other than the example's
-and compared with eager PyTorch (torch.testing.assert_close). No op may be unsupported."""
+and compared with eager PyTorch (torch.testing.assert_close). No op may be unsupported. Each is
+also compiled with `torch.compile(backend=guardless.backend)`, with zero fallbacks."""
 
 import os
 import unittest
@@ -23,6 +24,12 @@ class CorpusTest(unittest.TestCase):
                 self.assertEqual(syms, {kind}, e.graph["symbols"])
                 err, _ = corpus.compare(model, e, corpus.SIZES[kind])
                 self.assertLess(err, 1e-4)
+            with self.subTest(kind=kind, via="torch.compile"):
+                err, graphs, fallbacks, _ = corpus.compile_compare(model, kind, corpus.SIZES[kind])
+                self.assertEqual(fallbacks, [])
+                self.assertLess(err, 1e-4)
+                if kind == "unbacked":
+                    self.assertEqual(graphs, 1, "unbacked sizes never recompile")
 
     def test_llama(self):
         self.run_model("llama")

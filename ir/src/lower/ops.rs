@@ -222,6 +222,10 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "clone" | "alias" => one(tensor(l, n, "self")?),
         "sum" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
+        // The whole tensor's largest (smallest) element.
+        "max" | "min" if overload == "default" => {
+            reduce(l, n, if name == "max" { "amax" } else { "amin" }).map(|t| vec![t])
+        }
         "argmax" | "max" if name == "argmax" || overload == "dim" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();

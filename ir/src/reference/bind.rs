@@ -1,7 +1,7 @@
 //! Binding symbols from the real shapes of input tensors.
 
 use super::RefError;
-use crate::graph::Graph;
+use crate::graph::{DType, Graph};
 use crate::sym::Bindings;
 use crate::tensor::HostTensor;
 
@@ -13,6 +13,16 @@ pub fn bind_inputs(
     inputs: &[HostTensor],
     extra: &Bindings,
 ) -> Result<Bindings, RefError> {
+    let shapes: Vec<(DType, &[usize])> = inputs.iter().map(|t| (t.dtype, &t.shape[..])).collect();
+    bind_shapes(graph, &shapes, extra)
+}
+
+/// [`bind_inputs`] from each input's dtype and shape alone.
+pub fn bind_shapes(
+    graph: &Graph,
+    inputs: &[(DType, &[usize])],
+    extra: &Bindings,
+) -> Result<Bindings, RefError> {
     if inputs.len() != graph.inputs.len() {
         return Err(RefError::Symbols(format!(
             "{} inputs given, the graph takes {}",
@@ -22,25 +32,25 @@ pub fn bind_inputs(
     }
     let env = &graph.env;
     let mut b = extra.clone();
-    for (decl, t) in graph.inputs.iter().zip(inputs) {
+    for (decl, &(dtype, shape)) in graph.inputs.iter().zip(inputs) {
         let err = |message: String| RefError::Input {
             input: decl.name.clone(),
             message,
         };
-        if decl.dtype != t.dtype {
+        if decl.dtype != dtype {
             return Err(err(format!(
                 "dtype {}, the graph says {}",
-                t.dtype, decl.dtype
+                dtype, decl.dtype
             )));
         }
-        if decl.shape.len() != t.shape.len() {
+        if decl.shape.len() != shape.len() {
             return Err(err(format!(
                 "{} dimensions, the graph says {}",
-                t.shape.len(),
+                shape.len(),
                 decl.shape.len()
             )));
         }
-        for (&d, &n) in decl.shape.iter().zip(&t.shape) {
+        for (&d, &n) in decl.shape.iter().zip(shape) {
             if let Some(id) = env.pool().as_symbol(d) {
                 match b.get(id) {
                     Some(v) if v != n as i64 => {
@@ -56,8 +66,8 @@ pub fn bind_inputs(
             }
         }
     }
-    for (decl, t) in graph.inputs.iter().zip(inputs) {
-        for (k, (&d, &n)) in decl.shape.iter().zip(&t.shape).enumerate() {
+    for (decl, &(_, shape)) in graph.inputs.iter().zip(inputs) {
+        for (k, (&d, &n)) in decl.shape.iter().zip(shape).enumerate() {
             let want = env.evaluate(d, &b).map_err(|e| RefError::Input {
                 input: decl.name.clone(),
                 message: e.to_string(),

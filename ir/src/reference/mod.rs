@@ -12,7 +12,7 @@ use crate::graph::{Graph, Producer, TensorRef};
 use crate::sym::Bindings;
 use crate::tensor::HostTensor;
 
-pub use bind::bind_inputs;
+pub use bind::{bind_inputs, bind_shapes};
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum RefError {

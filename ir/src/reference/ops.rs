@@ -711,6 +711,12 @@ pub(super) fn run_node(
             out(build(d, x.shape.clone(), vals.collect()))
         }
         "clone" | "alias" => out(n.tensor("self")?),
+        "max" | "min" if overload == "default" => {
+            let x = n.tensor("self")?;
+            let dims: Vec<usize> = (0..x.shape.len()).collect();
+            let f = if name == "max" { nan_max } else { nan_min };
+            out(reduce(&x, &dims, false, x.dtype, None, f)?)
+        }
         "sum" | "mean" | "amax" | "amin" | "any" => {
             let x = n.tensor("self")?;
             let rank = x.shape.len();

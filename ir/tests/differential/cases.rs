@@ -177,6 +177,8 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.amax.default",
         r#"{"self": {"tensor": "x"}, "dim": [0]}"#,
     ),
+    ("aten.max.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.min.default", r#"{"self": {"tensor": "i"}}"#),
     (
         "aten.amin.default",
         r#"{"self": {"tensor": "i"}, "dim": [-1], "keepdim": true}"#,

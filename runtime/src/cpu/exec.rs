@@ -10,7 +10,15 @@ use guardless_ir::tensor::{Data, HostTensor};
 
 use super::jit::{shape_of, Jit};
 use super::memory::{self, Block, Either};
-use super::{CpuProgram, RunOptions};
+use super::{CpuProgram, NativeOutputs, OutputStorage, OutputView, RawTensor, RunOptions};
+
+/// The inputs of a call: host tensors (copied in), or tensors in the caller's memory (read in
+/// place when their layout is the graph's, else copied).
+#[derive(Clone, Copy)]
+pub(super) enum Inputs<'a> {
+    Host(&'a [HostTensor]),
+    Raw(&'a [RawTensor]),
+}
 
 fn fail(buf: &Buffer, message: String) -> RunError {
     RunError::Buffer {
@@ -63,6 +71,12 @@ impl State<'_> {
         let buf = &self.p.buffers[id.index()];
         let bytes = self.extent(id)? * buf.dtype.size();
         let h = self.home[id.index()];
+        if self.blocks[h].is_borrowed() {
+            return Err(fail(
+                buf,
+                "it would be written into an input's storage".into(),
+            ));
+        }
         self.blocks[h].ensure(bytes.max(8), self.poison);
         Ok(())
     }
@@ -161,12 +175,16 @@ pub struct Session<'p> {
     st: State<'p>,
     given: Bindings,
     threads: usize,
+    /// Input bytes copied into native storage (0 when every input was read in place).
+    pub copied_input_bytes: usize,
 }
 
-pub(super) fn session<'p>(
+/// # Safety
+/// Every [`RawTensor`] in `inputs` must stay valid and unwritten while the session lives.
+pub(super) unsafe fn session<'p>(
     cp: &'p CpuProgram,
     jit: &'p Jit,
-    inputs: &[HostTensor],
+    inputs: Inputs<'_>,
     bindings: &Bindings,
     options: &RunOptions,
 ) -> Result<Session<'p>, RunError> {
@@ -199,9 +217,13 @@ pub(super) fn session<'p>(
         syms_stale: true,
         poison: options.poison,
     };
+    let mut copied_input_bytes = 0;
     for step in &s.steps {
         if let Step::Input(id) = step {
-            input(&mut st, *id, inputs)?;
+            copied_input_bytes += match inputs {
+                Inputs::Host(t) => input(&mut st, *id, t)?,
+                Inputs::Raw(t) => raw_input(&mut st, *id, t)?,
+            };
         }
     }
     let threads = match options.threads {
@@ -214,6 +236,7 @@ pub(super) fn session<'p>(
         st,
         given: bindings.clone(),
         threads,
+        copied_input_bytes,
     })
 }
 
@@ -248,7 +271,110 @@ impl Session<'_> {
     }
 }
 
-fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<(), RunError> {
+impl Session<'_> {
+    /// The graph's outputs of the last execution, left where the kernels wrote them: their
+    /// storage moves to the caller (no copy) and the session's blocks are emptied.
+    pub fn take_outputs(&mut self) -> Result<NativeOutputs, RunError> {
+        let p = self.st.p;
+        let mut storages = Vec::new();
+        let mut storage_of_block = vec![None; self.st.blocks.len()];
+        let mut outputs = Vec::with_capacity(p.outputs.len());
+        for &o in &p.outputs {
+            let buf = &p.buffers[o.index()];
+            let sizes = self.st.sizes(buf)?;
+            let (offset, strides) = self.st.strides(buf, &buf.layout)?;
+            let h = self.st.home[o.index()];
+            let storage = match p.buffers[p.storage_root(o).index()].kind {
+                BufferKind::Input(k) if self.st.blocks[h].is_borrowed() => OutputStorage::Input(k),
+                _ => OutputStorage::Owned(*storage_of_block[h].get_or_insert_with(|| {
+                    storages.push(self.st.blocks[h].take_words());
+                    storages.len() - 1
+                })),
+            };
+            if let OutputStorage::Owned(s) = storage {
+                // Layouts were checked against their storage when written; check once more
+                // before the caller builds views over it.
+                let extent = if sizes.iter().any(|&n| n <= 0) {
+                    0
+                } else {
+                    offset
+                        + 1
+                        + sizes
+                            .iter()
+                            .zip(&strides)
+                            .map(|(&n, &st)| (n - 1) * st)
+                            .sum::<i64>()
+                };
+                if extent as usize * buf.dtype.size() > storages[s].len() * 8 {
+                    return Err(fail(buf, "an output's layout exceeds its storage".into()));
+                }
+            }
+            outputs.push(OutputView {
+                storage,
+                dtype: buf.dtype,
+                shape: sizes.iter().map(|&n| n.max(0) as usize).collect(),
+                strides,
+                offset,
+            });
+        }
+        Ok(NativeOutputs {
+            storages,
+            outputs,
+            copied_input_bytes: self.copied_input_bytes,
+        })
+    }
+}
+
+/// Reads input `k` in place when its layout is the graph's (offset 0, the same strides, aligned);
+/// otherwise copies it into native storage. Returns the bytes copied.
+fn raw_input(st: &mut State, id: BufferId, inputs: &[RawTensor]) -> Result<usize, RunError> {
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    let BufferKind::Input(k) = buf.kind else {
+        unreachable!("an input step")
+    };
+    let err = |message: String| RunError::Input { index: k, message };
+    let t = inputs.get(k).ok_or_else(|| err("missing".into()))?;
+    let sizes = st.sizes(buf)?;
+    memory::check_raw(t, buf.dtype, &sizes).map_err(err)?;
+    let size = buf.dtype.size();
+    if t.shape.contains(&0) {
+        return Ok(0);
+    }
+    let (off, strides) = st.strides(buf, &buf.layout)?;
+    let h = st.home[id.index()];
+    let same = off == 0
+        && (t.ptr as usize) % size == 0
+        && sizes
+            .iter()
+            .zip(strides.iter().zip(&t.strides))
+            .all(|(&n, (&a, &b))| n == 1 || a == b);
+    if same {
+        let bytes = st.extent(id)? * size;
+        st.blocks[h] = Block::borrowed(t.ptr, bytes);
+        return Ok(0);
+    }
+    st.allocate(id)?;
+    let src = unsafe { std::slice::from_raw_parts(t.ptr, t.bytes) };
+    let bytes = st.blocks[h].as_bytes_mut();
+    let numel: usize = t.shape.iter().product();
+    let mut idx = vec![0i64; sizes.len()];
+    for _ in 0..numel {
+        let dot = |s: &[i64]| idx.iter().zip(s).map(|(&i, &s)| i * s).sum::<i64>();
+        let v = memory::read(src, buf.dtype, dot(&t.strides) as usize);
+        memory::write(bytes, buf.dtype, (off + dot(&strides)) as usize, v);
+        for d in (0..sizes.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(numel * size)
+}
+
+fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<usize, RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     let BufferKind::Input(k) = buf.kind else {
@@ -290,7 +416,7 @@ fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<(), RunE
             idx[d] = 0;
         }
     }
-    Ok(())
+    Ok(numel.max(0) as usize * buf.dtype.size())
 }
 
 struct SendPtr(*const *mut u8, *const i64);

@@ -10,17 +10,61 @@ mod exec;
 pub mod jit;
 #[cfg(feature = "llvm")]
 mod matmul;
-#[cfg(feature = "llvm")]
+// Without LLVM only the conversions for `run_raw` are used.
+#[cfg_attr(not(feature = "llvm"), allow(dead_code))]
 mod memory;
 
 #[cfg(feature = "llvm")]
 pub use exec::Session;
 
 use guardless_codegen::schedule::{schedule, Schedule};
+use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
 use guardless_ir::loop_ir::Program;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
+
+/// A tensor in the caller's memory (a torch tensor's storage, say), read in place.
+#[derive(Clone, Debug)]
+pub struct RawTensor {
+    /// The first element.
+    pub ptr: *const u8,
+    /// Bytes readable from `ptr`.
+    pub bytes: usize,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// In elements.
+    pub strides: Vec<i64>,
+}
+
+/// Where an output's elements live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputStorage {
+    /// `NativeOutputs::storages[i]`.
+    Owned(usize),
+    /// The caller's input `k` (the output is a view of an input read in place).
+    Input(usize),
+}
+
+/// An output as a strided view (in elements of its dtype) of its storage.
+#[derive(Clone, Debug)]
+pub struct OutputView {
+    pub storage: OutputStorage,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+}
+
+/// A call's outputs, handed over without copying: storages (8-byte words, little-endian elements)
+/// and a view of one of them, or of an input, per output.
+#[derive(Debug, Default)]
+pub struct NativeOutputs {
+    pub storages: Vec<Vec<u64>>,
+    pub outputs: Vec<OutputView>,
+    /// Input bytes copied because their layout was not the graph's.
+    pub copied_input_bytes: usize,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
@@ -80,7 +124,71 @@ impl CpuProgram {
         bindings: &Bindings,
         options: &RunOptions,
     ) -> Result<Session<'_>, RunError> {
-        exec::session(self, &self.jit, inputs, bindings, options)
+        // Host tensors are copied in; nothing is borrowed.
+        unsafe {
+            exec::session(
+                self,
+                &self.jit,
+                exec::Inputs::Host(inputs),
+                bindings,
+                options,
+            )
+        }
+    }
+
+    /// Runs on tensors in the caller's memory, reading them in place where their layout is the
+    /// graph's; the outputs' storage is handed over, not copied. Without the `llvm` feature the
+    /// interpreter runs it, and inputs and outputs are copied.
+    ///
+    /// # Safety
+    /// Each input's `ptr` must point to `bytes` readable bytes that stay valid and unwritten
+    /// during the call.
+    pub unsafe fn run_raw(
+        &self,
+        inputs: &[RawTensor],
+        bindings: &Bindings,
+        options: &RunOptions,
+    ) -> Result<NativeOutputs, RunError> {
+        #[cfg(feature = "llvm")]
+        {
+            let mut s = exec::session(
+                self,
+                &self.jit,
+                exec::Inputs::Raw(inputs),
+                bindings,
+                options,
+            )?;
+            s.execute()?;
+            s.take_outputs()
+        }
+        #[cfg(not(feature = "llvm"))]
+        {
+            let p = &self.program;
+            for b in &p.buffers {
+                if let guardless_ir::loop_ir::BufferKind::Input(k) = b.kind {
+                    let t = inputs.get(k).ok_or(RunError::Input {
+                        index: k,
+                        message: "missing".into(),
+                    })?;
+                    let sizes = b
+                        .layout
+                        .sizes
+                        .iter()
+                        .map(|&s| p.env.evaluate(s, bindings))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| RunError::Assert(e.to_string()))?;
+                    memory::check_raw(t, b.dtype, &sizes)
+                        .map_err(|message| RunError::Input { index: k, message })?;
+                }
+            }
+            let host: Vec<_> = inputs
+                .iter()
+                .map(|t| unsafe { memory::raw_to_host(t) })
+                .collect();
+            let copied = host.iter().map(|t| t.numel() * t.dtype.size()).sum();
+            let outs = self.run(&host, bindings, options)?;
+            Ok(memory::host_to_native(&outs, copied))
+        }
     }
 
     /// Runs the program on `inputs` (in graph input order); `bindings` gives every graph symbol

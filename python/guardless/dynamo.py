@@ -1,0 +1,258 @@
+"""`torch.compile(model, backend=guardless.backend)`: graphs Dynamo captures, compiled in-process.
+
+Dynamo hands over torch-level FX; AOT autograd lowers it to core ATen with the exporter's
+decompositions (inference only), the exporter's writer turns it into the graph format, and the
+Rust library (`guardless._native`) compiles it once for every size its symbols take. Calls pass
+CPU tensors by data pointer and get outputs whose storage the library wrote — no copies.
+
+Sizes follow Dynamo: `dynamic=True` gives backed symbols (Dynamo guards and recompiles on its own
+terms; guardless's compile is valid at every size), `torch._dynamo.mark_unbacked(t, dim,
+hint_override=n)` unbacked ones (never a recompile; `hint_override` is the optimization hint).
+
+A graph guardless cannot take runs eagerly instead: a counted fallback with its reason, warned
+once per graph and listed by `fallbacks()`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .export import ExportError, _backed_values, _decompositions, _DTYPES, _expr, _Writer
+
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Fallback:
+    graph: str
+    reason: str
+
+
+@dataclass
+class Stats:
+    """What the backend did in this process (see `stats()`)."""
+
+    graphs: int = 0  # graphs compiled by guardless
+    calls: int = 0  # calls of compiled graphs
+    copied_input_bytes: int = 0  # inputs copied because their layout was not the graph's
+    compile_seconds: float = 0.0
+
+
+_fallbacks: list[Fallback] = []
+_stats = Stats()
+
+
+def fallbacks() -> list[Fallback]:
+    """Every graph that ran eagerly instead, with the reason."""
+    return list(_fallbacks)
+
+
+def stats() -> Stats:
+    return Stats(**vars(_stats))
+
+
+def reset() -> None:
+    """Forgets the fallbacks and counts (not the compiled graphs)."""
+    _fallbacks.clear()
+    global _stats
+    _stats = Stats()
+
+
+try:
+    # One error type for the compiler's and the runtime's errors and the backend's own.
+    from ._native import GuardlessError
+except ImportError:  # the binding is not built: export() still works
+
+    class GuardlessError(Exception):
+        """A graph guardless cannot compile, or a call it cannot run."""
+
+
+def _native():
+    try:
+        from . import _native as n
+    except ImportError as e:
+        raise GuardlessError(
+            "guardless._native is not built: `maturin develop` in python/ (ci/test does it)") from e
+    return n
+
+
+def _shape_env(gm: torch.fx.GraphModule):
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
+            return v.fake_mode.shape_env
+    return None
+
+
+def _free_symbols(v, out: set) -> None:
+    if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        out.update(v.node.expr.free_symbols)
+    elif isinstance(v, torch.Tensor):
+        for d in v.shape:
+            _free_symbols(d, out)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _free_symbols(x, out)
+
+
+def _symbols(gm: torch.fx.GraphModule) -> list[dict]:
+    """Every symbol the graph mentions: backed with its hint, unbacked with `hint_override`."""
+    env = _shape_env(gm)
+    found: set = set()
+    for n in gm.graph.nodes:
+        _free_symbols(n.meta.get("val"), found)
+    out = []
+    for sym in sorted(found, key=str):
+        entry = {"name": str(sym)}
+        vr = env.var_to_range.get(sym) if env is not None else None
+        lo = int(vr.lower) if vr is not None and math.isfinite(float(vr.lower)) else None
+        hi = int(vr.upper) if vr is not None and math.isfinite(float(vr.upper)) else None
+        backed = env is not None and sym in _backed_values(env)
+        entry.update(kind="backed" if backed else "unbacked", min=lo, max=hi)
+        if backed:
+            entry["hint"] = int(_backed_values(env)[sym])
+        elif env is not None and sym in getattr(env, "var_to_hint_override", {}):
+            entry["optimization_hint"] = int(env.var_to_hint_override[sym])
+        out.append(entry)
+    return out
+
+
+def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
+    """An ATen FX graph (AOT autograd's) as the graph format, and how each placeholder is passed:
+    `("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`."""
+    w = _Writer()
+    inputs: list[dict] = []
+    plan: list = []
+    outputs: list = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                if v.dtype not in _DTYPES:
+                    w.errors.append(f"input '{n.name}': dtype {v.dtype}")
+                    continue
+                w.placeholder(n, "user", inputs)
+                plan.append(("tensor",))
+            elif isinstance(v, torch.SymInt):
+                w.refs[n] = _expr(v)
+                plan.append(("symbol", str(v.node.expr)) if v.node.expr.is_symbol else ("skip",))
+            elif isinstance(v, int) and not isinstance(v, bool):
+                w.refs[n] = v
+                plan.append(("skip",))
+            else:
+                w.errors.append(f"input '{n.name}': a {type(v).__name__} argument")
+        elif n.op == "call_function":
+            w.call(n)
+        elif n.op == "output":
+            for o in n.args[0]:
+                if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.Tensor):
+                    w.errors.append(f"output {o!r}: not a tensor")
+            outputs = [w.value(o) for o in n.args[0]] if not w.errors else []
+        else:
+            w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
+    if w.errors:
+        raise ExportError("cannot translate:\n  " + "\n  ".join(w.errors))
+    graph = {
+        "format": "guardless-graph",
+        "version": 1,
+        "name": name,
+        "symbols": _symbols(gm),
+        "inputs": inputs,
+        "nodes": w.nodes,
+        "outputs": outputs,
+    }
+    if w.asserts:
+        graph["asserts"] = w.asserts
+    return graph, plan
+
+
+class CompiledFunction:
+    """A compiled graph, called by AOT autograd with its flat arguments."""
+
+    def __init__(self, compiled, graph: dict, plan: list, name: str):
+        self.compiled = compiled
+        self.graph = graph
+        self.plan = plan
+        self.name = name
+
+    def __call__(self, *args):
+        tensors, symbols, given = [], {}, []
+        for a, p in zip(args, self.plan):
+            if p[0] == "tensor":
+                if a.device.type != "cpu":
+                    raise GuardlessError(f"{self.name}: a tensor on {a.device}; this build runs CPU tensors only")
+                span = a.untyped_storage().nbytes() - a.storage_offset() * a.element_size()
+                tensors.append((a.data_ptr(), span, _DTYPES[a.dtype], list(a.shape), list(a.stride())))
+                given.append(a)
+            elif p[0] == "symbol":
+                symbols[p[1]] = int(a)
+        storages, outs, copied = self.compiled.run(tensors, symbols)
+        _stats.calls += 1
+        _stats.copied_input_bytes += copied
+        bases = [torch.from_numpy(s) for s in storages]
+        results = []
+        for kind, k, dtype, shape, strides, offset in outs:
+            dt = _TORCH_DTYPES[dtype]
+            if kind == "owned":
+                results.append(torch.as_strided(bases[k].view(dt), shape, strides, offset))
+            else:
+                src = given[k]
+                if src.dtype != dt:
+                    src = src.view(dt)
+                results.append(torch.as_strided(src, shape, strides, src.storage_offset() + offset))
+        return results
+
+
+def _fallback(name: str, reason: str) -> None:
+    _fallbacks.append(Fallback(name, reason))
+    warnings.warn(f"guardless: {name} runs eagerly: {reason}", stacklevel=3)
+
+
+def make_backend(fallback: bool = True):
+    """A `torch.compile` backend. With `fallback=False` a graph guardless cannot take is an error
+    instead of a counted fallback to eager. `.compiled` lists what it compiled."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        name = f"graph_{_stats.graphs + len(_fallbacks)}"
+        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+            raise GuardlessError(
+                f"{name}: guardless compiles inference only, and this graph requires gradients; "
+                "call the model under torch.no_grad() or torch.inference_mode()")
+        devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+        if devices - {"cpu"}:
+            reason = f"tensors on {sorted(devices - {'cpu'})}: this build runs CPU tensors only"
+            if not fallback:
+                raise GuardlessError(f"{name}: {reason}")
+            _fallback(name, reason)
+            return gm.forward
+
+        def compile_forward(aten: torch.fx.GraphModule, _inputs):
+            try:
+                graph, plan = from_fx(aten, name)
+                compiled = _native().compile(json.dumps(graph))
+            except (ExportError, GuardlessError) as e:
+                if not fallback:
+                    raise
+                _fallback(name, str(e))
+                return aten
+            _stats.graphs += 1
+            _stats.compile_seconds += compiled.compile_seconds
+            fn = CompiledFunction(compiled, graph, plan, name)
+            backend.compiled.append(fn)
+            return fn
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=compile_forward,
+                                     decompositions=_decompositions())
+
+    backend.compiled = []  # every CompiledFunction, for inspection (its .graph is the JSON)
+    return backend
+
+
+backend = make_backend()

@@ -1,0 +1,190 @@
+//! `guardless._native`: the Rust library inside the Python process. `compile` lowers, schedules
+//! and JIT-compiles a graph once; `CompiledGraph.run` runs it on tensors given by data pointer
+//! (read in place) and hands each output's storage to Python as a NumPy array that owns it, so
+//! neither inputs nor outputs are copied. `guardless.backend` (python/guardless/dynamo.py) wraps
+//! this for `torch.compile`.
+
+use std::time::Instant;
+
+use guardless_ir::graph::{DType, Graph};
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_runtime::cpu::{CpuProgram, OutputStorage, RawTensor, RunOptions};
+use numpy::PyArray1;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+create_exception!(
+    _native,
+    GuardlessError,
+    PyException,
+    "A graph guardless cannot compile, or a call it cannot run (the message names the node, input, symbol or assert)."
+);
+
+fn error(e: impl std::fmt::Display) -> PyErr {
+    GuardlessError::new_err(e.to_string())
+}
+
+/// A graph compiled for this process's CPU.
+#[pyclass(frozen, module = "guardless._native")]
+struct CompiledGraph {
+    graph: Graph,
+    cpu: CpuProgram,
+    compile_seconds: f64,
+}
+
+/// Compiles a graph (the JSON text of docs/graph-format.md) for the CPU backend.
+#[pyfunction]
+fn compile(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGraph> {
+    let text = graph_json.to_owned();
+    py.detach(move || {
+        let start = Instant::now();
+        let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
+        let program = guardless_ir::lower::lower(&graph).map_err(|e| e.to_string())?;
+        let cpu = CpuProgram::compile(program).map_err(|e| e.to_string())?;
+        Ok(CompiledGraph {
+            graph,
+            cpu,
+            compile_seconds: start.elapsed().as_secs_f64(),
+        })
+    })
+    .map_err(|e: String| error(e))
+}
+
+/// One input as Python passes it: data pointer, bytes readable from it, dtype name, shape and
+/// strides (elements).
+type PyRawInput = (usize, usize, String, Vec<usize>, Vec<i64>);
+
+/// One output as Python receives it: `("owned", storage)` or `("input", k)`, then dtype, shape,
+/// strides and offset (elements).
+type PyOutput = (&'static str, usize, String, Vec<usize>, Vec<i64>, i64);
+
+/// Output storages, outputs, input bytes copied.
+type RunResult<'py> = (Vec<Bound<'py, PyArray1<u8>>>, Vec<PyOutput>, usize);
+
+/// The pointers in the inputs are only read, and the caller keeps them alive during the call.
+struct CallInputs(Vec<RawTensor>);
+unsafe impl Send for CallInputs {}
+
+#[pymethods]
+impl CompiledGraph {
+    /// `llvm` (native kernels) or `interpreter`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.cpu.backend()
+    }
+
+    #[getter]
+    fn kernels(&self) -> usize {
+        self.cpu.schedule.kernels.len()
+    }
+
+    #[getter]
+    fn compile_seconds(&self) -> f64 {
+        self.compile_seconds
+    }
+
+    /// The graph's inputs as `(name, dtype)`.
+    #[getter]
+    fn inputs(&self) -> Vec<(String, String)> {
+        self.graph
+            .inputs
+            .iter()
+            .map(|i| (i.name.clone(), i.dtype.to_string()))
+            .collect()
+    }
+
+    /// Runs the graph. `inputs` as [`PyRawInput`]; `symbols` gives values of symbols no input
+    /// dimension determines. Returns the output storages (uint8 arrays), one [`PyOutput`] per
+    /// output, and the input bytes that had to be copied (inputs whose layout is not the graph's).
+    ///
+    /// The caller must keep every input tensor alive and unmodified during the call.
+    #[pyo3(signature = (inputs, symbols=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<PyRawInput>,
+        symbols: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<RunResult<'py>> {
+        let env = &self.graph.env;
+        let mut given = Bindings::default();
+        if let Some(d) = symbols {
+            for (k, v) in d.iter() {
+                let name: String = k.extract()?;
+                let value: i64 = v.extract()?;
+                let id = env
+                    .symbol_id(&name)
+                    .ok_or_else(|| error(format!("symbol '{name}' is not in the graph")))?;
+                given.set(id, value);
+            }
+        }
+        let mut raw = Vec::with_capacity(inputs.len());
+        for (k, (ptr, bytes, dtype, shape, strides)) in inputs.into_iter().enumerate() {
+            let dtype = DType::from_name(&dtype)
+                .ok_or_else(|| error(format!("input {k}: unknown dtype '{dtype}'")))?;
+            raw.push(RawTensor {
+                ptr: ptr as *const u8,
+                bytes,
+                dtype,
+                shape,
+                strides,
+            });
+        }
+        let call = CallInputs(raw);
+        let native = py
+            .detach(move || {
+                let call = call;
+                let shapes: Vec<(DType, &[usize])> =
+                    call.0.iter().map(|t| (t.dtype, &t.shape[..])).collect();
+                let bindings = reference::bind_shapes(&self.graph, &shapes, &given)
+                    .map_err(|e| e.to_string())?;
+                // Safety: the caller keeps the tensors alive and unwritten (documented above).
+                unsafe { self.cpu.run_raw(&call.0, &bindings, &RunOptions::default()) }
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e: String| error(format!("{}: {e}", self.graph.name)))?;
+        let outputs = native
+            .outputs
+            .iter()
+            .map(|o| {
+                let (kind, index) = match o.storage {
+                    OutputStorage::Owned(s) => ("owned", s),
+                    OutputStorage::Input(k) => ("input", k),
+                };
+                (
+                    kind,
+                    index,
+                    o.dtype.to_string(),
+                    o.shape.clone(),
+                    o.strides.clone(),
+                    o.offset,
+                )
+            })
+            .collect();
+        let storages = native
+            .storages
+            .into_iter()
+            .map(|words| bytes_of(py, words))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((storages, outputs, native.copied_input_bytes))
+    }
+}
+
+/// The words as a uint8 array that owns them (no copy): NumPy frees the vector with the array.
+fn bytes_of(py: Python<'_>, words: Vec<u64>) -> PyResult<Bound<'_, PyArray1<u8>>> {
+    let array = PyArray1::from_vec(py, words);
+    array
+        .call_method1("view", ("uint8",))?
+        .cast_into::<PyArray1<u8>>()
+        .map_err(PyErr::from)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_class::<CompiledGraph>()?;
+    m.add("GuardlessError", m.py().get_type::<GuardlessError>())?;
+    Ok(())
+}

@@ -1,0 +1,171 @@
+"""`torch.compile(..., backend=guardless.backend)`: in-process compilation through the Rust binding
+(guardless._native, built by `maturin develop`), zero-copy calls, counted fallbacks, errors."""
+
+import os
+import sys
+import unittest
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import guardless  # noqa: E402
+
+try:
+    from guardless import _native  # noqa: F401
+
+    NATIVE = None
+except ImportError as e:  # ci/test builds it; say why when it is missing
+    NATIVE = f"guardless._native is not built ({e}); run `maturin develop` in python/"
+
+
+def compiled(fn, dynamic=None, fallback=False):
+    torch._dynamo.reset()
+    guardless.reset()
+    b = guardless.make_backend(fallback=fallback)
+    return torch.compile(fn, backend=b, dynamic=dynamic), b
+
+
+class BackendTest(unittest.TestCase):
+    def setUp(self):
+        if NATIVE:
+            self.skipTest(NATIVE)
+
+    def test_backed_sizes_match_eager_with_no_copies(self):
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 4)).eval()
+        f, b = compiled(m, dynamic=True)
+        with torch.no_grad():
+            for n in (3, 7, 33, 257):
+                x = torch.randn(n, 8)
+                torch.testing.assert_close(f(x), m(x))
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual(len(b.compiled), 1, "one dynamic graph for every size from 2")
+        kinds = {s["kind"] for s in b.compiled[0].graph["symbols"]}
+        self.assertEqual(kinds, {"backed"})
+        s = guardless.stats()
+        self.assertEqual((s.calls, s.copied_input_bytes), (4, 0))
+
+    def test_unbacked_one_graph_for_every_size_and_its_hint(self):
+        def f(a, w):
+            return torch.softmax(a @ w, -1) * 2
+
+        cf, b = compiled(f)
+        w = torch.randn(30, 12)
+        x = torch.randn(7, 30)
+        torch._dynamo.decorators.mark_unbacked(x, 0, hint_override=512)
+        with torch.no_grad():
+            cf(x, w)
+            for n in (0, 1, 2, 17, 1000):
+                x = torch.randn(n, 30)
+                got = cf(x, w)
+                self.assertEqual(got.shape, (n, 12))
+                torch.testing.assert_close(got, f(x, w))
+        self.assertEqual(len(b.compiled), 1, "unbacked: never a recompile")
+        (sym,) = b.compiled[0].graph["symbols"]
+        self.assertEqual((sym["kind"], sym["optimization_hint"]), ("unbacked", 512))
+
+    def test_outputs_own_their_storage(self):
+        f, _ = compiled(lambda x: (x * 2, x.sum(0)), dynamic=True)
+        a = f(torch.ones(5, 3))
+        b = f(torch.full((5, 3), 3.0))
+        # The second call wrote fresh storage: the first call's outputs are intact.
+        torch.testing.assert_close(a[0], torch.full((5, 3), 2.0))
+        torch.testing.assert_close(a[1], torch.full((3,), 5.0))
+        torch.testing.assert_close(b[0], torch.full((5, 3), 6.0))
+        self.assertNotEqual(a[0].data_ptr(), b[0].data_ptr())
+
+    def test_strided_input_is_copied_and_counted(self):
+        f, _ = compiled(lambda x: x.exp() + 1)
+        x = torch.randn(9, 30).t()
+        torch.testing.assert_close(f(x), x.exp() + 1)
+        self.assertEqual(guardless.stats().copied_input_bytes, 9 * 30 * 4)
+
+    def test_dtypes_and_symint_arguments(self):
+        def f(x, n):
+            return (x * n).to(torch.bfloat16), x > 0, torch.arange(n) * 2
+
+        cf, b = compiled(f, dynamic=True)
+        for n in (3, 5, 11):
+            x = torch.randn(4, n)
+            for got, want in zip(cf(x, n), f(x, n)):
+                self.assertEqual(got.dtype, want.dtype)
+                torch.testing.assert_close(got, want)
+        self.assertEqual(guardless.fallbacks(), [])
+
+    def test_input_mutation_and_aliased_outputs(self):
+        def f(x):
+            x.add_(1)
+            return x.view(-1), x * 2
+
+        cf, _ = compiled(f, dynamic=True)
+        x, y = torch.randn(4, 6), None
+        y = x.clone()
+        got, want = cf(x), f(y)
+        torch.testing.assert_close(x, y)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        self.assertEqual(got[0].data_ptr(), x.data_ptr(), "the view is of the input")
+
+    def test_data_dependent_sizes(self):
+        def f(a):
+            k = (a > 0).sum().item()
+            return torch.nonzero(a > 0).sum(0), a[a > 0].sum(), torch.arange(k) * 2
+
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
+        torch._dynamo.config.capture_scalar_outputs = True
+        cf, _ = compiled(f)
+        for n in (1, 7, 100):
+            a = torch.randn(n)
+            for g, w in zip(cf(a), f(a)):
+                torch.testing.assert_close(g, w)
+        self.assertEqual(guardless.fallbacks(), [])
+
+    def test_out_of_range_index_is_a_clean_error(self):
+        f, _ = compiled(lambda t, i: t[i] + 1, dynamic=True)
+        t = torch.randn(5, 3)
+        torch.testing.assert_close(f(t, torch.tensor([0, 4])), t[[0, 4]] + 1)
+        with self.assertRaisesRegex(guardless.GuardlessError, "out of range"):
+            f(t, torch.tensor([1, 9]))
+
+    def test_unsupported_op_is_a_counted_fallback(self):
+        f, _ = compiled(lambda x: torch.atan(x) + 1, fallback=True)
+        x = torch.randn(6)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.testing.assert_close(f(x), torch.atan(x) + 1)
+        (fb,) = guardless.fallbacks()
+        self.assertIn("aten.atan.default is not supported", fb.reason)
+        self.assertTrue(any("runs eagerly" in str(w.message) for w in caught))
+        self.assertEqual(guardless.stats().graphs, 0)
+
+    def test_float_item_stays_a_tensor(self):
+        # AOT autograd keeps a float read with .item() in a tensor; guardless takes it.
+        torch._dynamo.config.capture_scalar_outputs = True
+        f, b = compiled(lambda a: a * a.max().item() / a.shape[0], dynamic=True)
+        for n in (5, 9):
+            a = torch.randn(n)
+            torch.testing.assert_close(f(a), a * a.max().item() / n)
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual(len(b.compiled), 1)
+
+    def test_unsupported_op_without_fallback_names_it(self):
+        f, _ = compiled(lambda x: torch.atan(x) + 1, fallback=False)
+        with self.assertRaisesRegex(Exception, "aten.atan.default"):
+            f(torch.randn(6))
+
+    def test_another_device_is_a_counted_fallback(self):
+        f, _ = compiled(lambda x: x * 2, fallback=True)
+        out = f(torch.empty(4, device="meta"))
+        self.assertEqual(out.device.type, "meta")
+        (fb,) = guardless.fallbacks()
+        self.assertIn("meta", fb.reason)
+
+    def test_gradients_are_an_error(self):
+        m = torch.nn.Linear(4, 4)
+        f, _ = compiled(m)
+        with self.assertRaisesRegex(Exception, "inference only"):
+            f(torch.randn(2, 4))
+
+
+if __name__ == "__main__":
+    unittest.main()
