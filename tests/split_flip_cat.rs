@@ -64,3 +64,39 @@ fn sizes_that_do_not_add_up_are_refused_both_ways() {
     assert!(reference::run(&g, &ins, &bind).is_err());
     assert!(program.run(&ins, &bind).is_err());
 }
+
+#[test]
+fn the_cpu_backend_reads_the_derived_offsets() {
+    // The cat's and split's offsets are derived symbols: the CPU backend's symbol table computes
+    // them from the `.item()` values at run time.
+    use guardless::runtime::cpu::{CpuProgram, RunOptions};
+    let g = Graph::from_json(&split_flip_cat::split_flip_cat(2)).unwrap();
+    let program = lower(&g).unwrap();
+    let derived = (0..program.env.pool().symbol_count())
+        .filter(|&i| {
+            let id = guardless::ir::sym::SymbolId::from_index(i);
+            program.env.symbol_definition(id).is_some()
+        })
+        .count();
+    assert!(derived >= PIECES - 2, "offsets are derived symbols ({derived})");
+    let cpu = CpuProgram::compile(program).unwrap();
+    // The launch manifest says how to compute each one.
+    let manifest = cpu.schedule.manifest(&cpu.program);
+    assert_eq!(manifest.derived.len(), derived);
+    let d = &manifest.derived[1];
+    assert!(
+        d.definition.contains(&manifest.derived[0].name),
+        "each offset is defined by the one before: {} = {}",
+        d.name,
+        d.definition
+    );
+    let a: Vec<i64> = (0..PIECES as i64).map(|j| (j * 7) % 5).collect();
+    let b: Vec<i64> = (0..PIECES as i64).map(|j| 4 - (j * 7) % 5).collect();
+    let (ins, bind) = inputs(&g, &[a, b]);
+    let want = reference::run(&g, &ins, &bind).unwrap();
+    let opts = RunOptions {
+        poison: true,
+        threads: 2,
+    };
+    assert_eq!(cpu.run(&ins, &bind, &opts).unwrap(), want);
+}

@@ -144,7 +144,11 @@ pub fn combine(kind: ReductionKind, a: &str, b: &str) -> String {
 /// the name of the result.
 pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (String, String) {
     let mut out = String::new();
-    let name = |v: guardless_ir::loop_ir::ValueId| format!("{prefix}{}", v.0);
+    // Every value's name, built once: operands are named many times.
+    let names: Vec<String> = (0..body.ops.len())
+        .map(|i| format!("{prefix}{i}"))
+        .collect();
+    let name = |v: guardless_ir::loop_ir::ValueId| names[v.0 as usize].as_str();
     for (i, &(op, d)) in body.ops.iter().enumerate() {
         let t = compute_type(d);
         let dt = |v: guardless_ir::loop_ir::ValueId| body.dtype(v);
@@ -179,7 +183,7 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
                 _ => format!("(({t}){v}LL)"),
             },
             Op::Index(e, mask) => masked(mask, format!("((long long)({}))", sc.index(e))),
-            Op::Unary(u, a) => unary(u, &name(a), d),
+            Op::Unary(u, a) => unary(u, name(a), d),
             Op::Binary(b, x, y) => {
                 let (a, c) = (name(x), name(y));
                 match b {
@@ -193,11 +197,11 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
                         };
                         format!("({c} == 0 ? (gl_fail(gl_error, {code}), ({t})0) : ({t}){q})")
                     }
-                    _ => binary(b, &a, &c, dt(x), d),
+                    _ => binary(b, a, c, dt(x), d),
                 }
             }
             Op::Where(c, a, b) => format!("({} ? {} : {})", name(c), name(a), name(b)),
-            Op::Cast(a) => cast(&name(a), dt(a), d),
+            Op::Cast(a) => cast(name(a), dt(a), d),
             Op::Bind {
                 var,
                 value,
@@ -226,12 +230,19 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
                     "{indent}if (!{}) gl_fail(gl_error, {code});",
                     name(cond)
                 );
-                name(cond)
+                name(cond).to_string()
             }
         };
-        let _ = writeln!(out, "{indent}const {t} {prefix}{i} = {rhs};");
+        out.push_str(indent);
+        out.push_str("const ");
+        out.push_str(t);
+        out.push(' ');
+        out.push_str(prefix);
+        let _ = write!(out, "{i} = ");
+        out.push_str(&rhs);
+        out.push_str(";\n");
     }
-    let result = name(body.result.expect("a body has a result"));
+    let result = name(body.result.expect("a body has a result")).to_string();
     (out, result)
 }
 

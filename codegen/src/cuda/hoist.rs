@@ -79,14 +79,24 @@ impl Hoister {
         if map.contains_key(&e) {
             return;
         }
-        let node = env.pool().node(e).clone();
-        match node {
-            Node::Const(_) | Node::Bool(_) | Node::Sym(_) => {}
-            _ if !self.has_local(env, e) => {
-                let s = self.derive(env, e);
-                map.insert(e, s);
-            }
-            Node::Add { terms, constant } => {
+        if matches!(
+            env.pool().node(e),
+            Node::Const(_) | Node::Bool(_) | Node::Sym(_)
+        ) {
+            return;
+        }
+        if !self.has_local(env, e) {
+            let s = self.derive(env, e);
+            map.insert(e, s);
+            return;
+        }
+        // Only a sum's terms are needed by value; other nodes are walked through their children.
+        let sum = match env.pool().node(e) {
+            Node::Add { terms, constant } => Some((terms.to_vec(), *constant)),
+            _ => None,
+        };
+        match sum {
+            Some((terms, constant)) => {
                 let (mut local, mut other) = (Vec::new(), Vec::new());
                 for (t, c) in terms {
                     if self.has_local(env, t) {
@@ -115,7 +125,7 @@ impl Hoister {
                     }
                 }
             }
-            _ => {
+            None => {
                 let mut children = Vec::new();
                 env.pool().for_each_child(e, |c| children.push(c));
                 for c in children {

@@ -18,6 +18,16 @@ pub struct Manifest {
     pub peak_bytes: String,
     pub asserts: Vec<String>,
     pub guards: Vec<String>,
+    /// Derived symbols (offsets of a many-piece `cat` or split) in definition order: the launcher
+    /// computes each from its definition before the kernels that take it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub derived: Vec<ManifestDerived>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ManifestDerived {
+    pub name: String,
+    pub definition: String,
 }
 
 #[derive(Serialize, Debug)]
@@ -215,6 +225,15 @@ impl Schedule {
             peak_bytes: env.text(self.memory.peak),
             asserts: env.runtime_asserts().iter().map(|&a| env.text(a)).collect(),
             guards: env.guards().iter().map(|g| env.text(g.cond)).collect(),
+            derived: (0..env.pool().symbol_count())
+                .filter_map(|i| {
+                    let id = guardless_ir::sym::SymbolId::from_index(i);
+                    env.symbol_definition(id).map(|d| ManifestDerived {
+                        name: env.symbol_name(id).to_string(),
+                        definition: env.text(d),
+                    })
+                })
+                .collect(),
         }
     }
 }

@@ -504,18 +504,54 @@ pub(super) fn split(
         }
     };
     let mut out = Vec::with_capacity(pieces.len());
-    let mut start = l.env.pool_mut().zero();
-    for &len in &pieces {
-        let end = l.env.pool_mut().add(start, len);
-        let step = l.env.pool_mut().one();
-        let mut piece = slice_exact(l, x.clone(), dim, start, end, step);
+    let starts = if name == "split_with_sizes" {
+        prefix_offsets(l, &pieces)
+    } else {
+        let mut starts = vec![l.env.pool_mut().zero()];
+        for &len in &pieces {
+            let end = l
+                .env
+                .pool_mut()
+                .add(*starts.last().expect("non-empty"), len);
+            starts.push(end);
+        }
+        starts
+    };
+    for (k, &len) in pieces.iter().enumerate() {
+        let mut piece = slice_at(l, x.clone(), dim, starts[k], len);
         if name == "unbind" {
             piece = squeeze_known(l, piece, dim);
         }
         out.push(piece);
-        start = end;
     }
     Ok(out)
+}
+
+/// The offsets 0, s0, s0 + s1, … of pieces of sizes `sizes`. An offset summing more than two
+/// non-constant terms is a derived symbol (`ShapeEnv::derived`) defined as the previous offset
+/// plus one size: a `cat` or `split_with_sizes` of k symbolic pieces then has offsets of O(1)
+/// terms each, not O(k) — O(k) index arithmetic in all instead of O(k²). The same sum is the same
+/// symbol, so a split's and a later cat's offsets agree.
+pub(super) fn prefix_offsets(l: &mut Lowerer, sizes: &[Expr]) -> Vec<Expr> {
+    let zero = l.env.pool_mut().zero();
+    let mut full = zero;
+    let mut out = vec![zero];
+    for &s in sizes {
+        let prev = *out.last().expect("non-empty");
+        full = l.env.pool_mut().add(full, s);
+        let terms = match l.env.pool().node(full) {
+            crate::sym::Node::Add { terms, .. } => terms.len(),
+            crate::sym::Node::Const(_) => 0,
+            _ => 1,
+        };
+        out.push(if terms > 2 && prev != zero {
+            let step = l.env.pool_mut().add(prev, s);
+            l.env.derived("off", full, step)
+        } else {
+            full
+        });
+    }
+    out
 }
 
 /// A count that lowering needs as a number: a constant, or a backed expression's hint (guarded).
@@ -538,16 +574,8 @@ fn static_count(l: &mut Lowerer, e: Expr, what: &str) -> R<i64> {
     Ok(v)
 }
 
-/// Elements `start..end` (already in range) of dimension `dim`.
-fn slice_exact(
-    l: &mut Lowerer,
-    x: LTensor,
-    dim: usize,
-    start: Expr,
-    end: Expr,
-    _step: Expr,
-) -> LTensor {
-    let len = l.env.pool_mut().sub(end, start);
+/// Elements `start..start + len` (already in range) of dimension `dim`.
+fn slice_at(l: &mut Lowerer, x: LTensor, dim: usize, start: Expr, len: Expr) -> LTensor {
     let len = l.env.simplify(len);
     let mut sizes = x.sizes.clone();
     sizes[dim] = len;
@@ -617,16 +645,11 @@ pub(super) fn cat(l: &mut Lowerer, ts: Vec<LTensor>, dim: i64) -> R<LTensor> {
         }
     }
     let dtype = super::promote::result_type(&ts.iter().collect::<Vec<_>>())?;
-    let mut offsets = vec![zero];
-    for t in &ts {
-        let next = l
-            .env
-            .pool_mut()
-            .add(*offsets.last().expect("non-empty"), t.sizes[dim]);
-        offsets.push(next);
-    }
+    let lens: Vec<Expr> = ts.iter().map(|t| t.sizes[dim]).collect();
+    let offsets = prefix_offsets(l, &lens);
     let mut sizes = first.sizes.clone();
-    sizes[dim] = *offsets.last().expect("non-empty");
+    // The size stays the plain sum: later shape checks compare it with other sizes.
+    sizes[dim] = l.env.pool_mut().add_all(&lens);
     let loaders: Vec<Loader> = ts.iter().map(|t| t.loader.clone()).collect();
     let cd = super::promote::compute_dtype(dtype);
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {

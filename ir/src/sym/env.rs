@@ -30,6 +30,9 @@ pub(crate) struct SymState {
     /// `(total, k)`: one of `k` hint-less sizes asserted to add up to `total` (a split); its
     /// fallback hint is an even share, `hint(total) / k`, so the pieces' hints add up.
     pub share: Option<(Expr, i64)>,
+    /// A derived symbol's definition (see [`ShapeEnv::derived`]): its value and hint come from
+    /// it, but simplification keeps the symbol whole.
+    pub definition: Option<Expr>,
 }
 
 /// A recorded guard: `cond` held for the backed hints and must hold for a compiled artifact to be
@@ -62,6 +65,8 @@ pub struct ShapeEnv {
     pub(crate) hint_memo: Memo<i64>,
     /// Next number for each prefix of loop variables.
     index_counters: FxHashMap<String, usize>,
+    /// Derived symbols by the expression each stands for.
+    derived_by_key: FxHashMap<Expr, Expr>,
 }
 
 impl Default for ShapeEnv {
@@ -98,6 +103,7 @@ impl ShapeEnv {
             range_memo: Memo::new(ValueRange::UNBOUNDED.into()),
             hint_memo: Memo::new(0),
             index_counters: FxHashMap::default(),
+            derived_by_key: FxHashMap::default(),
         }
     }
 
@@ -152,8 +158,54 @@ impl ShapeEnv {
             uppers: Vec::new(),
             lowers: Vec::new(),
             share: None,
+            definition: None,
         });
         Ok(e)
+    }
+
+    /// A symbol standing for `definition`, named `<prefix><n>`: its value is the definition's
+    /// (at run time, for hints and for guards), its range the definition's range now, but
+    /// simplification treats it as one atom. Lowering names prefix sums with it (a `cat` or
+    /// `split_with_sizes` of k pieces: offset j defined as offset j-1 plus one size), so an offset
+    /// costs O(1) to substitute, simplify and print instead of O(k). `key` (the expression it
+    /// replaces) finds an existing symbol for the same expression.
+    pub fn derived(&mut self, prefix: &str, key: Expr, definition: Expr) -> Expr {
+        if let Some(&e) = self.derived_by_key.get(&key) {
+            return e;
+        }
+        let range = self.interval(definition);
+        let backed = !self.pool.info(definition).has_unbacked;
+        let (kind, hint) = if backed {
+            // Backed hints are example values: the definition's at theirs.
+            let hint = self
+                .pool
+                .evaluate_with(definition, &mut |id| self.syms[id.index()].hint)
+                .ok();
+            (SymbolKind::Backed, hint)
+        } else {
+            (SymbolKind::Unbacked, None)
+        };
+        let name = self.fresh_name(prefix);
+        let (_, e) = self.pool.add_symbol(&name, kind);
+        self.syms.push(SymState {
+            expr: e,
+            range,
+            hint,
+            replacement: None,
+            divisor: 1,
+            uppers: Vec::new(),
+            lowers: Vec::new(),
+            share: None,
+            definition: Some(definition),
+        });
+        self.derived_by_key.insert(key, e);
+        self.changed();
+        e
+    }
+
+    /// The definition of a derived symbol.
+    pub fn symbol_definition(&self, id: SymbolId) -> Option<Expr> {
+        self.syms[id.index()].definition
     }
 
     fn range_of(name: &str, min: Option<i64>, max: Option<i64>) -> Result<ValueRange, SymError> {

@@ -100,7 +100,7 @@ impl ShapeEnv {
         }
         let stage = |this: &Self, x: SymbolId| {
             let st = &this.syms[x.index()];
-            if st.replacement.is_some() {
+            if st.replacement.is_some() || st.definition.is_some() {
                 2
             } else if this.pool.symbol(x).kind == SymbolKind::Backed || st.hint.is_some() {
                 0
@@ -171,7 +171,7 @@ impl ShapeEnv {
 
     fn hint_sources(&mut self, id: SymbolId) -> Sources {
         let st = self.syms[id.index()].clone();
-        if let Some(rep) = st.replacement {
+        if let Some(rep) = st.replacement.or(st.definition) {
             return Sources {
                 replacement: Some(self.simplify(rep)),
                 ..Sources::default()

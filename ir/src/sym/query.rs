@@ -257,7 +257,7 @@ impl ShapeEnv {
     }
 
     /// Evaluates `e` at run time. A symbol without a value that an equality eliminated is computed
-    /// from its replacement.
+    /// from its replacement; a derived symbol from its definition.
     pub fn evaluate(&self, e: Expr, bindings: &Bindings) -> Result<i64, SymError> {
         Ok(self
             .pool
@@ -271,7 +271,8 @@ impl ShapeEnv {
 
     fn value_of(&self, id: SymbolId, bindings: &Bindings) -> Option<i64> {
         bindings.get(id).or_else(|| {
-            let rep = self.syms[id.index()].replacement?;
+            let st = &self.syms[id.index()];
+            let rep = st.replacement.or(st.definition)?;
             self.pool
                 .evaluate_with(rep, &mut |s| self.value_of(s, bindings))
                 .ok()
