@@ -78,7 +78,10 @@ fn the_cpu_backend_reads_the_derived_offsets() {
             program.env.symbol_definition(id).is_some()
         })
         .count();
-    assert!(derived >= PIECES - 2, "offsets are derived symbols ({derived})");
+    assert!(
+        derived >= PIECES - 2,
+        "offsets are derived symbols ({derived})"
+    );
     let cpu = CpuProgram::compile(program).unwrap();
     // The launch manifest says how to compute each one.
     let manifest = cpu.schedule.manifest(&cpu.program);

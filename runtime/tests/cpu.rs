@@ -176,3 +176,66 @@ fn exp_is_within_two_ulp_everywhere() {
     }
     eprintln!("exp: worst {worst} ulp");
 }
+
+#[test]
+fn max_and_min_propagate_nan_and_order_signed_zeros() {
+    // IEEE 754-2019 maximum/minimum, as the vectorizable select form computes them: NaN wins,
+    // -0 < +0; elementwise and as reductions (softmax's row max).
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "maxmin",
+            "inputs": [{"name": "x", "dtype": "f32", "shape": [3, 4]},
+                       {"name": "y", "dtype": "f32", "shape": [3, 4]}],
+            "nodes": [
+              {"name": "mx", "op": "aten.maximum.default", "args": {"self": {"tensor": "x"}, "other": {"tensor": "y"}}},
+              {"name": "mn", "op": "aten.minimum.default", "args": {"self": {"tensor": "x"}, "other": {"tensor": "y"}}},
+              {"name": "rmax", "op": "aten.amax.default", "args": {"self": {"tensor": "x"}, "dim": [1]}},
+              {"name": "rmin", "op": "aten.amin.default", "args": {"self": {"tensor": "x"}, "dim": [1]}}],
+            "outputs": [{"tensor": "mx"}, {"tensor": "mn"}, {"tensor": "rmax"}, {"tensor": "rmin"}]}"#,
+    )
+    .unwrap();
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let x = [
+        1.0, -inf, nan, 3.0, -0.0, 0.0, -0.0, -0.0, 2.0, 5.0, -1.0, inf,
+    ];
+    let y = [
+        nan, 0.0, 1.0, -3.0, 0.0, -0.0, -0.0, 1.0, 2.0, -5.0, -1.0, 0.0,
+    ];
+    let t = |v: &[f64]| guardless_ir::tensor::HostTensor {
+        dtype: guardless_ir::graph::DType::F32,
+        shape: vec![3, 4],
+        data: guardless_ir::tensor::Data::Float(v.to_vec()),
+    };
+    let out = cpu
+        .run(&[t(&x), t(&y)], &Bindings::new(), &poisoned())
+        .unwrap();
+    let bits = |k: usize| match &out[k].data {
+        guardless_ir::tensor::Data::Float(v) => v
+            .iter()
+            .map(|f| (f.is_nan(), f.to_bits()))
+            .collect::<Vec<_>>(),
+        _ => unreachable!(),
+    };
+    let want = |v: &[f64]| {
+        v.iter()
+            .map(|f: &f64| (f.is_nan(), if f.is_nan() { 0 } else { f.to_bits() }))
+            .collect::<Vec<_>>()
+    };
+    let norm = |v: Vec<(bool, u64)>| {
+        v.into_iter()
+            .map(|(n, b)| (n, if n { 0 } else { b }))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        norm(bits(0)),
+        want(&[nan, 0.0, nan, 3.0, 0.0, 0.0, -0.0, 1.0, 2.0, 5.0, -1.0, inf]),
+        "maximum"
+    );
+    assert_eq!(
+        norm(bits(1)),
+        want(&[nan, -inf, nan, -3.0, -0.0, -0.0, -0.0, -0.0, 2.0, -5.0, -1.0, 0.0]),
+        "minimum"
+    );
+    assert_eq!(norm(bits(2)), want(&[nan, 0.0, inf]), "row max");
+    assert_eq!(norm(bits(3)), want(&[nan, -0.0, -1.0]), "row min");
+}

@@ -943,14 +943,8 @@ impl<'a, 'c> Emitter<'a, 'c> {
                         self.call(name, &[fx.into(), fy.into()])?.into_float_value(),
                     ))
                 }
-                Max => Ok(Val::F(
-                    self.intrinsic("llvm.maximum", t.into(), &[fx.into(), fy.into()])?
-                        .into_float_value(),
-                )),
-                Min => Ok(Val::F(
-                    self.intrinsic("llvm.minimum", t.into(), &[fx.into(), fy.into()])?
-                        .into_float_value(),
-                )),
+                Max => Ok(Val::F(float_max_min(self.b, fx, fy, true)?)),
+                Min => Ok(Val::F(float_max_min(self.b, fx, fy, false)?)),
                 Eq => cmp(self, FloatPredicate::OEQ),
                 Ne => cmp(self, FloatPredicate::UNE),
                 Lt => cmp(self, FloatPredicate::OLT),
@@ -1086,6 +1080,47 @@ pub fn build_exp_f32<'c>(
     let y = b.build_select(small, c(0.0), y, "")?.into_float_value();
     let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "")?;
     Ok(b.build_select(nan, x, y, "")?.into_float_value())
+}
+
+/// IEEE 754-2019 maximum or minimum (what `llvm.maximum`/`llvm.minimum` compute: NaN if either
+/// operand is NaN, -0 below +0) from compares and selects. x86 has no instruction for it and
+/// LLVM's expansion branches on signs, which kept reduction loops (softmax's max) scalar; this
+/// form vectorizes.
+pub fn float_max_min<'c>(
+    b: &Builder<'c>,
+    x: FloatValue<'c>,
+    y: FloatValue<'c>,
+    max: bool,
+) -> R<FloatValue<'c>> {
+    let t = x.get_type();
+    let cx = t.get_context();
+    let it = if t == cx.f64_type() {
+        cx.i64_type()
+    } else {
+        cx.i32_type()
+    };
+    let order = if max {
+        FloatPredicate::OGT
+    } else {
+        FloatPredicate::OLT
+    };
+    let first = b.build_float_compare(order, x, y, "")?;
+    let pick = b.build_select(first, x, y, "")?.into_float_value();
+    // Equal operands are the same value, or +0 and -0: the AND of their bits is +0 (max), the
+    // OR is -0 (min).
+    let xi = b.build_bit_cast(x, it, "")?.into_int_value();
+    let yi = b.build_bit_cast(y, it, "")?.into_int_value();
+    let bits = if max {
+        b.build_and(xi, yi, "")?
+    } else {
+        b.build_or(xi, yi, "")?
+    };
+    let zero = b.build_bit_cast(bits, t, "")?.into_float_value();
+    let eq = b.build_float_compare(FloatPredicate::OEQ, x, y, "")?;
+    let r = b.build_select(eq, zero, pick, "")?.into_float_value();
+    let nan = b.build_float_compare(FloatPredicate::UNO, x, y, "")?;
+    let quiet = b.build_float_add(x, y, "")?;
+    Ok(b.build_select(nan, quiet, r, "")?.into_float_value())
 }
 
 /// Calls LLVM intrinsic `name`, overloaded on `types` (empty for one that is not), with `args`.

@@ -658,19 +658,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
                 Val::F(match kind {
                     ReductionKind::Sum => b.build_float_add(a, v, "")?,
                     ReductionKind::Max | ReductionKind::Min => {
-                        let name = if kind == ReductionKind::Max {
-                            "llvm.maximum"
-                        } else {
-                            "llvm.minimum"
-                        };
-                        super::emit::call_intrinsic(
-                            self.e.module,
-                            b,
-                            name,
-                            &[t.into()],
-                            &[a.into(), v.into()],
-                        )?
-                        .into_float_value()
+                        super::emit::float_max_min(b, a, v, kind == ReductionKind::Max)?
                     }
                     ReductionKind::Any => {
                         let z = t.const_float(0.0);

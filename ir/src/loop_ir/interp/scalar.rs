@@ -46,21 +46,33 @@ pub(super) fn better(kind: ReductionKind, dtype: DType, v: V, b: V) -> bool {
     }
 }
 
+/// IEEE 754-2019 maximum (`max`) or minimum: NaN if either operand is NaN, -0 below +0 — what
+/// every backend computes, so that results agree to the sign of a zero.
+pub fn ieee_max_min(x: f64, y: f64, max: bool) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else if x == y {
+        // The same value, or +0 and -0.
+        let bits = if max {
+            x.to_bits() & y.to_bits()
+        } else {
+            x.to_bits() | y.to_bits()
+        };
+        f64::from_bits(bits)
+    } else if (x > y) == max {
+        x
+    } else {
+        y
+    }
+}
+
 pub(super) fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
     match (kind, dtype.is_float()) {
         (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
         (ReductionKind::Sum, false) => V::I(a.i().wrapping_add(v.i())),
         // NaN propagates, as in ATen.
-        (ReductionKind::Max, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
-            f64::NAN
-        } else {
-            a.f().max(v.f())
-        }),
-        (ReductionKind::Min, true) => V::F(if a.f().is_nan() || v.f().is_nan() {
-            f64::NAN
-        } else {
-            a.f().min(v.f())
-        }),
+        (ReductionKind::Max, true) => V::F(ieee_max_min(a.f(), v.f(), true)),
+        (ReductionKind::Min, true) => V::F(ieee_max_min(a.f(), v.f(), false)),
         (ReductionKind::Max, false) => V::I(a.i().max(v.i())),
         (ReductionKind::Min, false) => V::I(a.i().min(v.i())),
         (ReductionKind::Any, _) => V::I(i64::from(a.i() != 0 || v.i() != 0)),
@@ -121,16 +133,8 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             FloorDiv => V::F((x / y).floor()),
             TruncDiv => V::F((x / y).trunc()),
             Pow => V::F(x.powf(y)),
-            Max => V::F(if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.max(y)
-            }),
-            Min => V::F(if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.min(y)
-            }),
+            Max => V::F(ieee_max_min(x, y, true)),
+            Min => V::F(ieee_max_min(x, y, false)),
             Eq => cmp(x == y),
             Ne => cmp(x != y),
             Lt => cmp(x < y),
