@@ -147,7 +147,24 @@ fn exp_is_within_two_ulp_everywhere() {
     let mut xs: Vec<f64> = (0..rows * 5)
         .map(|i| -110.0 + 200.0 * i as f64 / (rows * 5) as f64)
         .collect();
-    xs[..6].copy_from_slice(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 88.72]);
+    let specials = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        88.72,
+        88.7228,
+        89.0,
+        -103.97,
+        -103.98,
+        -104.0,
+        1e30,
+        -1e30,
+        3.0e38,
+        -3.0e38,
+    ];
+    xs[..specials.len()].copy_from_slice(&specials);
     let b = bindings_of("exp", &g, &[("u0", rows as i64)]);
     let mut inputs = random_inputs(&g, &b, 0, (0, 4));
     let x = g.inputs.iter().position(|i| i.name == "x").unwrap();

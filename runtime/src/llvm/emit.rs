@@ -1037,12 +1037,11 @@ pub fn build_exp_f32<'c>(
         Ok(call_intrinsic(module, b, name, &[f.into()], args)?.into_float_value())
     };
     let c = |v: f64| f.const_float(v);
+    // n = x·log2(e) rounded to nearest (one instruction); |r| ≤ ln(2)/2 as with floor(t + 1/2).
+    // No clamp: where x is outside [-103.97, 88.72] (n outside [-150, 128]) or NaN, the result
+    // is replaced below, and inside it both halves of the scale are normal exponents.
     let t = b.build_float_mul(x, c(std::f64::consts::LOG2_E), "")?;
-    let t = b.build_float_add(t, c(0.5), "")?;
-    let n = intrinsic("llvm.floor", &[t.into()])?;
-    // n in [-252, 254]: outside it the result is 0 or infinity anyway (handled below).
-    let n = intrinsic("llvm.maxnum", &[n.into(), c(-252.0).into()])?;
-    let n = intrinsic("llvm.minnum", &[n.into(), c(254.0).into()])?;
+    let n = intrinsic("llvm.roundeven", &[t.into()])?;
     // a·b + c, fused where the target has FMA (then more exact, and half the instructions).
     let fma = |a: FloatValue<'c>, m: FloatValue<'c>, k: FloatValue<'c>| -> R<FloatValue<'c>> {
         intrinsic("llvm.fmuladd", &[a.into(), m.into(), k.into()])
