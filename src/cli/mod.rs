@@ -1,6 +1,7 @@
 //! The `guardless` command line. Each subcommand returns its output as text so that tests can run
 //! it in-process.
 
+mod bench;
 mod check;
 mod compile;
 mod lower;
@@ -60,6 +61,9 @@ pub enum Command {
     },
     /// Run a graph on given or random inputs and print a summary of its outputs.
     Run(run::RunArgs),
+    /// Time one compile of a graph at several sizes; with `--compare-backed`, against graphs
+    /// compiled for each size (backed, and static).
+    Bench(bench::BenchArgs),
 }
 
 pub use sym::SymCommand;
@@ -78,5 +82,6 @@ pub fn run(cli: Cli) -> Result<String, String> {
             codegen,
         } => compile::run(&graph, &emit, out_dir.as_ref(), &arch, &codegen),
         Command::Run(args) => run::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

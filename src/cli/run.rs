@@ -124,7 +124,7 @@ pub fn run(a: RunArgs) -> Result<String, String> {
     Ok(out)
 }
 
-fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, String> {
+pub(super) fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, String> {
     let mut b = Bindings::new();
     for item in text
         .unwrap_or("")
@@ -167,7 +167,11 @@ fn read_inputs(graph: &Graph, path: &Path) -> Result<Vec<HostTensor>, String> {
 
 const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
 
-fn random_inputs(graph: &Graph, given: &Bindings, seed: u64) -> Result<Vec<HostTensor>, String> {
+pub(super) fn random_inputs(
+    graph: &Graph,
+    given: &Bindings,
+    seed: u64,
+) -> Result<Vec<HostTensor>, String> {
     let mut env = graph.env.clone();
     let mut b = given.clone();
     for i in 0..env.pool().symbol_count() {

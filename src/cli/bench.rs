@@ -1,0 +1,256 @@
+//! `guardless bench GRAPH --sizes n=1,7,64 [--compare-backed]`: the promise, measured — one
+//! compile of the graph as given timed at every size, against a graph compiled for each size:
+//! backed (the symbol's hint is that size) and static (the symbol asserted equal to it, so every
+//! size is a constant). On the CPU backend until the GPU runtime lands (`--device cuda` then).
+
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use guardless_ir::graph::Graph;
+use guardless_ir::reference;
+use guardless_ir::tensor::HostTensor;
+use guardless_runtime::cpu::{CpuProgram, RunOptions};
+use serde_json::{json, Value};
+
+use super::run::{parse_bind, random_inputs};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The graph file.
+    graph: PathBuf,
+    /// One symbol and the sizes to time it at, e.g. `n=1,7,64,512,4096`; other symbols take
+    /// their hint.
+    #[arg(long, value_name = "NAME=V,…")]
+    sizes: String,
+    /// Also compile, for each size, a backed graph (hint = the size) and a static one (every size
+    /// a constant) and time them on the same inputs.
+    #[arg(long)]
+    compare_backed: bool,
+    /// Where to run: `cpu` (the CPU backend). `cuda` comes with the GPU runtime.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Untimed calls before timing.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed calls; the median is reported.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Print the table as JSON (one object per size).
+    #[arg(long)]
+    json: bool,
+}
+
+/// A graph compiled for the host, and how long that took.
+struct Compiled {
+    cpu: CpuProgram,
+    graph: Graph,
+    seconds: f64,
+}
+
+fn compile(text: &str, what: &str) -> Result<Compiled, String> {
+    let start = Instant::now();
+    let graph = Graph::from_json(text).map_err(|e| format!("{what}: {e}"))?;
+    let program = guardless_ir::lower::lower(&graph).map_err(|e| format!("{what}: {e}"))?;
+    let cpu = CpuProgram::compile(program).map_err(|e| format!("{what}: {e}"))?;
+    Ok(Compiled {
+        cpu,
+        graph,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The median time of one call (µs) and the outputs.
+fn time_calls(
+    c: &Compiled,
+    inputs: &[HostTensor],
+    warmup: usize,
+    iters: usize,
+) -> Result<(f64, Vec<HostTensor>), String> {
+    let b =
+        reference::bind_inputs(&c.graph, inputs, &Default::default()).map_err(|e| e.to_string())?;
+    let opts = RunOptions::default();
+    let mut times = Vec::with_capacity(iters);
+    #[cfg(feature = "llvm")]
+    let outputs = {
+        // Inputs stay in native storage: only the kernels and library calls are timed.
+        let mut s = c
+            .cpu
+            .session(inputs, &b, &opts)
+            .map_err(|e| e.to_string())?;
+        for _ in 0..warmup {
+            s.execute().map_err(|e| e.to_string())?;
+        }
+        for _ in 0..iters {
+            let start = Instant::now();
+            s.execute().map_err(|e| e.to_string())?;
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        s.outputs().map_err(|e| e.to_string())?
+    };
+    #[cfg(not(feature = "llvm"))]
+    let outputs = {
+        for _ in 0..warmup {
+            c.cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
+        }
+        let mut last = Vec::new();
+        for _ in 0..iters {
+            let start = Instant::now();
+            last = c.cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        last
+    };
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], outputs))
+}
+
+/// The graph's JSON with `name` made backed with hint `v`; with `pin`, also asserted equal to it.
+fn specialized(doc: &Value, name: &str, v: i64, pin: bool) -> Result<String, String> {
+    let mut doc = doc.clone();
+    let symbols = doc
+        .get_mut("symbols")
+        .and_then(Value::as_array_mut)
+        .ok_or("the graph has no symbols")?;
+    let entry = symbols
+        .iter_mut()
+        .find(|s| s.get("name").and_then(Value::as_str) == Some(name))
+        .ok_or_else(|| format!("the graph declares no symbol '{name}'"))?;
+    let obj = entry.as_object_mut().ok_or("a symbol is not an object")?;
+    obj.insert("kind".into(), json!("backed"));
+    obj.insert("hint".into(), json!(v));
+    obj.remove("optimization_hint");
+    if pin {
+        let asserts = doc
+            .as_object_mut()
+            .ok_or("the graph is not an object")?
+            .entry("asserts")
+            .or_insert_with(|| json!([]));
+        asserts
+            .as_array_mut()
+            .ok_or("'asserts' is not a list")?
+            .push(json!(format!("{name} == {v}")));
+    }
+    Ok(doc.to_string())
+}
+
+fn bytes(ts: &[HostTensor]) -> usize {
+    ts.iter().map(|t| t.numel() * t.dtype.size()).sum()
+}
+
+pub fn run(a: BenchArgs) -> Result<String, String> {
+    if a.device != "cpu" {
+        return Err(format!(
+            "--device {}: this build benchmarks the CPU backend only (the GPU runtime is not built yet)",
+            a.device
+        ));
+    }
+    if a.iters == 0 {
+        return Err("--iters must be at least 1".into());
+    }
+    let ctx = |e: String| format!("{}: {e}", a.graph.display());
+    let text = std::fs::read_to_string(&a.graph).map_err(|e| ctx(e.to_string()))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| ctx(e.to_string()))?;
+    let (name, list) = a
+        .sizes
+        .split_once('=')
+        .ok_or_else(|| format!("--sizes {}: expected NAME=V,V,…", a.sizes))?;
+    let name = name.trim();
+    let sizes_of = list
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("--sizes: '{}' is not an integer", v.trim()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let unbacked = compile(&text, "the graph").map_err(ctx)?;
+    if unbacked.graph.env.symbol_id(name).is_none() {
+        return Err(ctx(format!("--sizes: the graph has no symbol '{name}'")));
+    }
+    let sizes = sizes_of;
+    let mut rows = Vec::new();
+    for &v in &sizes {
+        let given = parse_bind(&unbacked.graph, Some(&format!("{name}={v}")))?;
+        unbacked
+            .graph
+            .env
+            .check_bindings(&given)
+            .map_err(|e| ctx(format!("--sizes {name}={v}: {e}")))?;
+        let inputs = random_inputs(&unbacked.graph, &given, v as u64)?;
+        let (t_unbacked, outputs) =
+            time_calls(&unbacked, &inputs, a.warmup, a.iters).map_err(ctx)?;
+        let compulsory = bytes(&inputs) + bytes(&outputs);
+        let mut row = json!({
+            "size": v,
+            "unbacked_us": t_unbacked,
+            "compulsory_bytes": compulsory,
+            "gb_per_s": compulsory as f64 / t_unbacked / 1e3,
+        });
+        if a.compare_backed {
+            for (key, pin) in [("backed", false), ("static", true)] {
+                let c = compile(&specialized(&doc, name, v, pin)?, key).map_err(ctx)?;
+                let (t, _) = time_calls(&c, &inputs, a.warmup, a.iters).map_err(ctx)?;
+                row[format!("{key}_us")] = json!(t);
+                row[format!("unbacked_over_{key}")] = json!(t_unbacked / t);
+                row[format!("{key}_compile_s")] = json!(c.seconds);
+            }
+        }
+        rows.push(row);
+    }
+    if a.json {
+        let out = json!({
+            "graph": a.graph.display().to_string(),
+            "device": "cpu",
+            "backend": unbacked.cpu.backend(),
+            "compile_s": unbacked.seconds,
+            "rows": rows,
+        });
+        return Ok(format!("{out:#}\n"));
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: compiled once for the CPU ({}) in {:.1} ms; median of {} calls per size",
+        a.graph.display(),
+        unbacked.cpu.backend(),
+        unbacked.seconds * 1e3,
+        a.iters
+    );
+    let _ = write!(out, "{:>10} {:>12}", name, "unbacked µs");
+    if a.compare_backed {
+        let _ = write!(
+            out,
+            " {:>12} {:>12} {:>10} {:>10}",
+            "backed µs", "static µs", "unb/stat", "unb/back"
+        );
+    }
+    let _ = writeln!(out, " {:>14} {:>8}", "compulsory B", "GB/s");
+    for r in &rows {
+        let _ = write!(
+            out,
+            "{:>10} {:>12.1}",
+            r["size"].as_i64().unwrap_or(0),
+            r["unbacked_us"].as_f64().unwrap_or(0.0)
+        );
+        if a.compare_backed {
+            let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+            let _ = write!(
+                out,
+                " {:>12.1} {:>12.1} {:>10.2} {:>10.2}",
+                f("backed_us"),
+                f("static_us"),
+                f("unbacked_over_static"),
+                f("unbacked_over_backed")
+            );
+        }
+        let _ = writeln!(
+            out,
+            " {:>14} {:>8.2}",
+            r["compulsory_bytes"].as_u64().unwrap_or(0),
+            r["gb_per_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(out)
+}

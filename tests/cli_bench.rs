@@ -1,0 +1,87 @@
+//! `guardless bench GRAPH --sizes … [--compare-backed] [--json]`, as a user runs it.
+
+use std::process::Command;
+
+fn guardless(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn one_compile_timed_at_every_size_against_specialized_compiles() {
+    let path = example("rms_norm.unbacked.json");
+    let args = [
+        "bench",
+        &path,
+        "--sizes",
+        "n=0,1,33",
+        "--compare-backed",
+        "--warmup",
+        "0",
+        "--iters",
+        "2",
+    ];
+    let (ok, out, err) = guardless(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("compiled once for the CPU"), "{out}");
+    assert!(
+        out.contains("unb/stat") && out.contains("unb/back"),
+        "{out}"
+    );
+    let rows: Vec<&str> = out.lines().skip(2).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(rows[2].trim_start().starts_with("33 "), "{out}");
+
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let (ok, out, err) = guardless(&json_args);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (r, n) in rows.iter().zip([0u64, 1, 33]) {
+        assert_eq!(r["size"], n);
+        // bf16 x [n, 4096] and w [4096] read once, out [n, 4096] written once.
+        assert_eq!(r["compulsory_bytes"], 2 * (n * 4096 * 2) + 4096 * 2);
+        for k in ["unbacked_us", "backed_us", "static_us"] {
+            assert!(r[k].as_f64().unwrap() >= 0.0, "{k}: {r}");
+        }
+        let ratio = r["unbacked_over_static"].as_f64().unwrap();
+        let want = r["unbacked_us"].as_f64().unwrap() / r["static_us"].as_f64().unwrap();
+        assert!((ratio - want).abs() < 1e-9, "{r}");
+    }
+    assert!(v["compile_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bad_bench_arguments_are_clear_errors() {
+    let path = example("softmax.unbacked.json");
+    for (args, want) in [
+        (vec!["--sizes", "m=1"], "the graph has no symbol 'm'"),
+        (vec!["--sizes", "n=1,x"], "'x' is not an integer"),
+        (vec!["--sizes", "n"], "expected NAME=V"),
+        (vec!["--sizes", "n=-3"], "outside its range"),
+        (
+            vec!["--sizes", "n=3", "--device", "cuda"],
+            "CPU backend only",
+        ),
+        (vec!["--sizes", "n=3", "--iters", "0"], "at least 1"),
+    ] {
+        let mut all = vec!["bench", path.as_str()];
+        all.extend(args.iter().copied());
+        let (ok, _, err) = guardless(&all);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
