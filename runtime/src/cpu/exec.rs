@@ -467,11 +467,13 @@ fn kernel(
         unsafe { f(args.0, args.1, 0, rows, errs[0].as_mut_ptr(), s) };
     } else {
         let per = (rows as usize).div_ceil(parts) as i64;
-        std::thread::scope(|sc| {
+        // Rayon's pool: its threads live across calls (spawning OS threads per kernel cost
+        // ~0.1 ms, more than a small kernel's work).
+        rayon::scope(|sc| {
             for (t, (e, s)) in errs.iter_mut().zip(scratch.iter_mut()).enumerate() {
                 let args = &args;
                 let (begin, end) = (t as i64 * per, ((t as i64 + 1) * per).min(rows));
-                sc.spawn(move || unsafe {
+                sc.spawn(move |_| unsafe {
                     f(
                         args.0,
                         args.1,
