@@ -362,3 +362,17 @@ fn a_product_with_a_zero_factor_is_zero_however_large_the_others() {
     b.set(id(&env, "u1"), -1);
     assert!(env.evaluate(x, &b).is_err());
 }
+
+#[test]
+fn a_difference_of_saturated_bounds_is_not_a_point() {
+    // Found by sym_props: (P·x)² with x in [2, 4] saturates its lower bound to ∞; x2·(P·x)² - (P·x)²
+    // must not bound to [0, 0] through ∞ - ∞ (with x2 = 1 it is 0, and the rest is -(mod)).
+    let mut env = ShapeEnv::new();
+    env.unbacked_value("x1", Some(2), Some(4), None).unwrap();
+    env.unbacked_value("x2", Some(1), Some(1), None).unwrap();
+    let e = env
+        .parse("((((x2*(x2 + -1)) - x1) * -407619307041649445)**2) * (-1 + x2) - ((-2 + x1) % (-4 % x1))")
+        .unwrap();
+    let r = env.bound(e);
+    assert!(r.contains(-1) && r.contains(0), "{r}");
+}

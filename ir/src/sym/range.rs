@@ -89,10 +89,19 @@ impl ValueRange {
     }
 
     pub fn add(&self, o: &ValueRange) -> ValueRange {
-        ValueRange {
-            lo: norm(self.lo.saturating_add(o.lo)),
-            hi: norm(self.hi.saturating_add(o.hi)),
-        }
+        // An infinite end absorbs: `∞ + (-∞)` is unknown, not 0 (a huge lower bound saturated to
+        // ∞, minus the same, must not bound a difference to a point).
+        let lo = if self.lo <= -INF || o.lo <= -INF {
+            -INF
+        } else {
+            norm(self.lo.saturating_add(o.lo))
+        };
+        let hi = if self.hi >= INF || o.hi >= INF {
+            INF
+        } else {
+            norm(self.hi.saturating_add(o.hi))
+        };
+        ValueRange { lo, hi }
     }
 
     pub fn neg(&self) -> ValueRange {
