@@ -155,20 +155,7 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
             outputs = [w.value(o) for o in n.args[0]] if not w.errors else []
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
-    if w.errors:
-        raise ExportError("cannot translate:\n  " + "\n  ".join(w.errors))
-    graph = {
-        "format": "guardless-graph",
-        "version": 1,
-        "name": name,
-        "symbols": _symbols(gm),
-        "inputs": inputs,
-        "nodes": w.nodes,
-        "outputs": outputs,
-    }
-    if w.asserts:
-        graph["asserts"] = w.asserts
-    return graph, plan
+    return w.graph(name, _symbols(gm), inputs, outputs), plan
 
 
 class CompiledFunction:

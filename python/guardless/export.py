@@ -196,6 +196,23 @@ class _Writer:
         self.errors: list[str] = []
         self.supported = supported_ops()
 
+    def graph(self, name: str, symbols: list, inputs: list, outputs: list) -> dict:
+        """The graph document, or an ExportError listing every node it could not translate."""
+        if self.errors:
+            raise ExportError("cannot translate:\n  " + "\n  ".join(self.errors))
+        graph = {
+            "format": "guardless-graph",
+            "version": 1,
+            "name": name,
+            "symbols": symbols,
+            "inputs": inputs,
+            "nodes": self.nodes,
+            "outputs": outputs,
+        }
+        if self.asserts:
+            graph["asserts"] = self.asserts
+        return graph
+
     def value(self, a, schema_type=None):
         if isinstance(a, torch.fx.Node):
             if a not in self.refs:
@@ -327,17 +344,4 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
             outputs = [w.value(o) for o in n.args[0]]
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
-    if w.errors:
-        raise ExportError("cannot translate:\n  " + "\n  ".join(w.errors))
-    graph = {
-        "format": "guardless-graph",
-        "version": 1,
-        "name": name,
-        "symbols": _symbols(ep, hints),
-        "inputs": inputs,
-        "nodes": w.nodes,
-        "outputs": outputs,
-    }
-    if w.asserts:
-        graph["asserts"] = w.asserts
-    return Exported(graph, params)
+    return Exported(w.graph(name, _symbols(ep, hints), inputs, outputs), params)

@@ -148,6 +148,18 @@ impl ShapeEnv {
                 });
             }
         }
+        Ok(self.push_symbol(name, kind, hint, range, None))
+    }
+
+    /// A new symbol's state, with nothing learned yet.
+    fn push_symbol(
+        &mut self,
+        name: &str,
+        kind: SymbolKind,
+        hint: Option<i64>,
+        range: ValueRange,
+        definition: Option<Expr>,
+    ) -> Expr {
         let (_, e) = self.pool.add_symbol(name, kind);
         self.syms.push(SymState {
             expr: e,
@@ -158,9 +170,9 @@ impl ShapeEnv {
             uppers: Vec::new(),
             lowers: Vec::new(),
             share: None,
-            definition: None,
+            definition,
         });
-        Ok(e)
+        e
     }
 
     /// A symbol standing for `definition`, named `<prefix><n>`: its value is the definition's
@@ -186,18 +198,7 @@ impl ShapeEnv {
             (SymbolKind::Unbacked, None)
         };
         let name = self.fresh_name(prefix);
-        let (_, e) = self.pool.add_symbol(&name, kind);
-        self.syms.push(SymState {
-            expr: e,
-            range,
-            hint,
-            replacement: None,
-            divisor: 1,
-            uppers: Vec::new(),
-            lowers: Vec::new(),
-            share: None,
-            definition: Some(definition),
-        });
+        let e = self.push_symbol(&name, kind, hint, range, Some(definition));
         self.derived_by_key.insert(key, e);
         self.changed();
         e

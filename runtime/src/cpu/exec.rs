@@ -363,13 +363,7 @@ fn raw_input(st: &mut State, id: BufferId, inputs: &[RawTensor]) -> Result<usize
         let dot = |s: &[i64]| idx.iter().zip(s).map(|(&i, &s)| i * s).sum::<i64>();
         let v = memory::read(src, buf.dtype, dot(&t.strides) as usize);
         memory::write(bytes, buf.dtype, (off + dot(&strides)) as usize, v);
-        for d in (0..sizes.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+        memory::next_index(&mut idx, &sizes);
     }
     Ok(numel * size)
 }
@@ -408,13 +402,7 @@ fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<usize, R
             (v, _) => v,
         };
         memory::write(bytes, buf.dtype, at as usize, v);
-        for d in (0..sizes.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+        memory::next_index(&mut idx, &sizes);
     }
     Ok(numel.max(0) as usize * buf.dtype.size())
 }

@@ -164,6 +164,17 @@ pub fn from_data(bytes: &mut [u8], d: DType, data: &Data) {
     }
 }
 
+/// Steps `idx` to the next position of `sizes` in row-major order (wrapping to all zeros).
+pub fn next_index(idx: &mut [i64], sizes: &[i64]) {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < sizes[d] {
+            return;
+        }
+        idx[d] = 0;
+    }
+}
+
 /// A caller's tensor against the graph's input: dtype, shape, strides that stay inside the bytes
 /// given.
 pub fn check_raw(t: &super::RawTensor, dtype: DType, sizes: &[i64]) -> Result<(), String> {
@@ -212,6 +223,7 @@ pub unsafe fn raw_to_host(t: &super::RawTensor) -> HostTensor {
     };
     let mut fs = Vec::new();
     let mut is = Vec::new();
+    let shape: Vec<i64> = t.shape.iter().map(|&n| n as i64).collect();
     let mut idx = vec![0i64; t.shape.len()];
     for _ in 0..numel {
         let at = idx
@@ -223,13 +235,7 @@ pub unsafe fn raw_to_host(t: &super::RawTensor) -> HostTensor {
             Either::F(x) => fs.push(x),
             Either::I(x) => is.push(x),
         }
-        for d in (0..idx.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < t.shape[d] as i64 {
-                break;
-            }
-            idx[d] = 0;
-        }
+        next_index(&mut idx, &shape);
     }
     let data = if t.dtype.is_float() {
         Data::Float(fs)
