@@ -6,11 +6,13 @@
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
+mod emu;
 
 use std::ffi::c_void;
 
 use differential::assert_close;
-use guardless_codegen::cuda::{generate, storage_type, CudaModule, Param};
+use emu::{build, Compiled};
+use guardless_codegen::cuda::{generate, CudaModule, Param};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::loop_ir::{BufferKind, Program};
@@ -25,74 +27,6 @@ fn example(name: &str) -> Graph {
         env!("CARGO_MANIFEST_DIR")
     );
     Graph::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// C++ wrappers `gl_run_<function>(grid, block, args)` that unpack arguments and launch.
-fn launchers(p: &Program, m: &CudaModule) -> String {
-    let mut out = String::new();
-    let mut done = std::collections::HashSet::new();
-    for e in m.entries.iter().filter(|e| e.generated) {
-        if !done.insert(e.name.clone()) {
-            continue;
-        }
-        let args: Vec<String> = e
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, prm)| match prm {
-                Param::Buffer { buffer, written } => {
-                    let b = p.buffers.iter().find(|b| &b.name == buffer).unwrap();
-                    let t = storage_type(b.dtype);
-                    let q = if *written { "" } else { "const " };
-                    format!("({q}{t}*)args[{i}]")
-                }
-                Param::Symbol { .. } | Param::Derived { .. } => format!("*(long long*)args[{i}]"),
-                Param::Error => format!("(int*)args[{i}]"),
-            })
-            .collect();
-        out.push_str(&format!(
-            "extern \"C\" void gl_run_{n}(unsigned grid, unsigned block, void** args) {{\n  gl_launch(grid, block, [&] {{ {n}({a}); }});\n}}\n",
-            n = e.name,
-            a = args.join(", ")
-        ));
-    }
-    out
-}
-
-struct Compiled {
-    lib: libloading::Library,
-    _dir: std::path::PathBuf,
-}
-
-fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
-    let dir = std::env::temp_dir().join(format!("guardless-emu-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let header = format!("{}/tests/emu/cuda_emu.h", env!("CARGO_MANIFEST_DIR"));
-    let src = format!("#include \"{header}\"\n{}\n{}", m.source, launchers(p, m));
-    let cpp = dir.join("kernels.cpp");
-    std::fs::write(&cpp, src).unwrap();
-    let so = dir.join("kernels.so");
-    let out = std::process::Command::new("c++")
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-pthread",
-            "-w",
-            "-o",
-        ])
-        .arg(&so)
-        .arg(&cpp)
-        .output()
-        .expect("a C++ compiler (c++)");
-    assert!(
-        out.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    Compiled { lib, _dir: dir }
 }
 
 fn to_bytes(t: &HostTensor) -> Vec<u8> {
@@ -210,7 +144,8 @@ fn run(
                     while let BufferKind::View { base } = p.buffers[id].kind {
                         id = base.index();
                     }
-                    args.push(memory[id].as_mut_ptr() as *mut c_void);
+                    scalars.push(Box::new(memory[id].as_mut_ptr() as i64));
+                    args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
                 }
                 Param::Symbol { name } => {
                     let id = p.env.symbol_id(name).unwrap();
@@ -222,7 +157,10 @@ fn run(
                     scalars.push(Box::new(eval(p, e)));
                     args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
                 }
-                Param::Error => args.push(&mut error as *mut i32 as *mut c_void),
+                Param::Error => {
+                    scalars.push(Box::new(&mut error as *mut i32 as i64));
+                    args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
+                }
             }
         }
         if std::env::var_os("GL_TRACE").is_some() {

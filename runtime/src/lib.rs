@@ -4,5 +4,7 @@
 pub use guardless_codegen as codegen;
 
 pub mod cpu;
+pub mod elements;
+pub mod launch;
 #[cfg(feature = "llvm")]
 pub mod llvm;

@@ -9,8 +9,9 @@ use guardless_ir::sym::{Bindings, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
 use super::jit::{shape_of, Jit};
-use super::memory::{self, Block, Either};
+use super::memory::{self, Block};
 use super::{CpuProgram, NativeOutputs, OutputStorage, OutputView, RawTensor, RunOptions};
+use crate::elements::{self, Either};
 
 /// The inputs of a call: host tensors (copied in), or tensors in the caller's memory (read in
 /// place when their layout is the graph's, else copied).
@@ -147,7 +148,7 @@ impl State<'_> {
             if at < 0 || (at as usize + 1) * buf.dtype.size() > bytes.len() {
                 return Err(fail(buf, format!("read out of bounds at {at}")));
             }
-            match memory::read(bytes, buf.dtype, at as usize) {
+            match elements::read(bytes, buf.dtype, at as usize) {
                 Either::F(x) => fs.push(x),
                 Either::I(x) => is.push(x),
             }
@@ -361,9 +362,9 @@ fn raw_input(st: &mut State, id: BufferId, inputs: &[RawTensor]) -> Result<usize
     let mut idx = vec![0i64; sizes.len()];
     for _ in 0..numel {
         let dot = |s: &[i64]| idx.iter().zip(s).map(|(&i, &s)| i * s).sum::<i64>();
-        let v = memory::read(src, buf.dtype, dot(&t.strides) as usize);
-        memory::write(bytes, buf.dtype, (off + dot(&strides)) as usize, v);
-        memory::next_index(&mut idx, &sizes);
+        let v = elements::read(src, buf.dtype, dot(&t.strides) as usize);
+        elements::write(bytes, buf.dtype, (off + dot(&strides)) as usize, v);
+        elements::next_index(&mut idx, &sizes);
     }
     Ok(numel * size)
 }
@@ -401,8 +402,8 @@ fn input(st: &mut State, id: BufferId, inputs: &[HostTensor]) -> Result<usize, R
             (Either::F(x), false) => Either::I(x as i64),
             (v, _) => v,
         };
-        memory::write(bytes, buf.dtype, at as usize, v);
-        memory::next_index(&mut idx, &sizes);
+        elements::write(bytes, buf.dtype, at as usize, v);
+        elements::next_index(&mut idx, &sizes);
     }
     Ok(numel.max(0) as usize * buf.dtype.size())
 }
@@ -507,7 +508,7 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
         let rb = &p.buffers[r.index()];
         let blk = &st.blocks[st.home[r.index()]];
         let n = st.extent(r)?.min(blk.bytes() / rb.dtype.size());
-        values.push((r, memory::to_data(blk.as_bytes(), rb.dtype, n)));
+        values.push((r, elements::to_data(blk.as_bytes(), rb.dtype, n)));
     }
     let data = p.run_library_step(id, &values, &mut st.b)?;
     st.syms_stale = true;
@@ -523,7 +524,7 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
     if st.blocks[h].bytes() < need {
         st.blocks[h].ensure(need, false);
     }
-    memory::from_data(st.blocks[h].as_bytes_mut(), buf.dtype, &data);
+    elements::from_data(st.blocks[h].as_bytes_mut(), buf.dtype, &data);
     Ok(())
 }
 
@@ -578,7 +579,7 @@ fn matmul(
             for i in 0..o.rows as isize {
                 for j in 0..o.cols as isize {
                     let at = (o.offset + i * o.rs + j * o.cs) as usize;
-                    memory::write(bytes, dtype, at, Either::F(0.0));
+                    elements::write(bytes, dtype, at, Either::F(0.0));
                 }
             }
             continue;

@@ -1,0 +1,274 @@
+//! Matmuls as cuBLAS sees them. cuBLAS is column-major: a row-major `C = A·B` is computed as
+//! `Cᵀ = Bᵀ·Aᵀ`, and each operand is passed as itself or transposed, whichever of its strides is
+//! the unit one. A layout with no unit stride (or sizes past `i32`) is not expressible: the
+//! launcher runs that matmul on the host instead.
+
+use guardless_ir::graph::DType;
+
+/// One operand: a `rows × cols` matrix per batch, strides in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Operand {
+    /// The first element of batch 0.
+    pub address: u64,
+    pub rows: i64,
+    pub cols: i64,
+    pub row_stride: i64,
+    pub col_stride: i64,
+    pub batch_stride: i64,
+}
+
+/// `c[i] = a[i] · b[i]` for `i < batch` (`a: m × k`, `b: k × n`, `c: m × n`).
+#[derive(Clone, Debug)]
+pub struct Gemm {
+    pub dtype: DType,
+    pub batch: i64,
+    pub a: Operand,
+    pub b: Operand,
+    pub c: Operand,
+}
+
+/// A column-major cuBLAS operand: `transposed` says whether to apply `op = T`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlasOperand {
+    pub address: u64,
+    pub transposed: bool,
+    pub ld: i32,
+    pub batch_stride: i64,
+}
+
+/// The arguments of `cublasGemmStridedBatchedEx`: `C (m × n) = op(A) (m × k) · op(B) (k × n)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlasGemm {
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: BlasOperand,
+    pub b: BlasOperand,
+    pub c: BlasOperand,
+    pub batch: i32,
+}
+
+/// The dtypes cuBLAS multiplies here (f32 accumulation for the 16-bit ones).
+pub fn supported(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+}
+
+impl Operand {
+    fn transposed(self) -> Operand {
+        Operand {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    /// This matrix as a column-major operand (possibly transposed), if its strides allow.
+    fn blas(self) -> Option<BlasOperand> {
+        let (r, c) = (self.rows.max(1), self.cols.max(1));
+        // A size-1 dimension's stride is free: pick the one that makes the layout work.
+        let unit_rows = self.row_stride == 1 || r == 1;
+        let unit_cols = self.col_stride == 1 || c == 1;
+        let (transposed, ld) = if unit_rows && (self.col_stride >= r || c == 1) {
+            (false, if c == 1 { r } else { self.col_stride })
+        } else if unit_cols && (self.row_stride >= c || r == 1) {
+            (true, if r == 1 { c } else { self.row_stride })
+        } else {
+            return None;
+        };
+        Some(BlasOperand {
+            address: self.address,
+            transposed,
+            ld: i32::try_from(ld).ok()?,
+            batch_stride: self.batch_stride,
+        })
+    }
+}
+
+impl Gemm {
+    /// How cuBLAS computes this, or `None` when it cannot.
+    pub fn plan(&self) -> Option<BlasGemm> {
+        let (m, k, n) = (self.a.rows, self.a.cols, self.b.cols);
+        let fits = |v: i64| i32::try_from(v).ok();
+        // C itself column-major, or else Cᵀ = Bᵀ·Aᵀ with Cᵀ column-major.
+        let direct = self.c.blas().filter(|c| !c.transposed);
+        let (a, b, c, m, n) = match direct {
+            Some(c) => (self.a.blas()?, self.b.blas()?, c, m, n),
+            None => {
+                let c = self.c.transposed().blas().filter(|c| !c.transposed)?;
+                (
+                    self.b.transposed().blas()?,
+                    self.a.transposed().blas()?,
+                    c,
+                    n,
+                    m,
+                )
+            }
+        };
+        Some(BlasGemm {
+            m: fits(m)?,
+            n: fits(n)?,
+            k: fits(k)?,
+            a,
+            b,
+            c,
+            batch: fits(self.batch)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(rows: i64, cols: i64, rs: i64, cs: i64) -> Operand {
+        Operand {
+            address: 0,
+            rows,
+            cols,
+            row_stride: rs,
+            col_stride: cs,
+            batch_stride: 0,
+        }
+    }
+
+    fn gemm(a: Operand, b: Operand, c: Operand) -> Gemm {
+        Gemm {
+            dtype: DType::F32,
+            batch: 1,
+            a,
+            b,
+            c,
+        }
+    }
+
+    #[test]
+    fn row_major_product_is_computed_transposed() {
+        // [3, 4] · [4, 5] → [3, 5], all row-major: Cᵀ (5 × 3) = Bᵀ · Aᵀ, both plain.
+        let g = gemm(op(3, 4, 4, 1), op(4, 5, 5, 1), op(3, 5, 5, 1));
+        let p = g.plan().unwrap();
+        assert_eq!((p.m, p.n, p.k), (5, 3, 4));
+        assert_eq!((p.a.transposed, p.a.ld), (false, 5));
+        assert_eq!((p.b.transposed, p.b.ld), (false, 4));
+        assert_eq!((p.c.transposed, p.c.ld), (false, 5));
+    }
+
+    #[test]
+    fn a_transposed_weight_is_an_operand_flag() {
+        // x [3, 4] · wᵀ where w is [5, 4] row-major: b has strides (1, 4).
+        let g = gemm(op(3, 4, 4, 1), op(4, 5, 1, 4), op(3, 5, 5, 1));
+        let p = g.plan().unwrap();
+        assert_eq!((p.a.transposed, p.a.ld), (true, 4));
+        assert_eq!((p.b.transposed, p.b.ld), (false, 4));
+    }
+
+    #[test]
+    fn layouts_without_a_unit_stride_need_the_host() {
+        let g = gemm(op(3, 4, 8, 2), op(4, 5, 5, 1), op(3, 5, 5, 1));
+        assert!(g.plan().is_none());
+        // Overlapping rows (a leading dimension shorter than a row) are not a cuBLAS layout.
+        let g = gemm(op(3, 4, 2, 1), op(4, 5, 5, 1), op(3, 5, 5, 1));
+        assert!(g.plan().is_none());
+    }
+
+    #[test]
+    fn single_rows_take_any_stride() {
+        // One token: [1, 4] with an arbitrary row stride.
+        let g = gemm(op(1, 4, 12345, 1), op(4, 5, 5, 1), op(1, 5, 777, 1));
+        let p = g.plan().unwrap();
+        // C is one row: column-major as it stands, with a leading dimension of 1.
+        assert_eq!((p.m, p.n, p.k), (1, 5, 4));
+        assert!(p.c.ld >= p.m && !p.c.transposed);
+        assert_eq!((p.a.transposed, p.b.transposed), (false, true));
+    }
+
+    /// What cuBLAS computes for a plan, on `mem` (addresses are element indices).
+    fn run_blas(p: &BlasGemm, mem: &mut [f64]) {
+        let at = |o: &BlasOperand, r: i64, c: i64| -> usize {
+            let (r, c) = if o.transposed { (c, r) } else { (r, c) };
+            (o.address as i64 + r + c * o.ld as i64) as usize
+        };
+        for i in 0..p.m as i64 {
+            for j in 0..p.n as i64 {
+                let acc: f64 = (0..p.k as i64)
+                    .map(|l| mem[at(&p.a, i, l)] * mem[at(&p.b, l, j)])
+                    .sum();
+                mem[at(&p.c, i, j)] = acc;
+            }
+        }
+    }
+
+    #[test]
+    fn every_plan_computes_the_row_major_product() {
+        // Each operand row-major, column-major, or padded; sizes with and without ones.
+        let layouts = |rows: i64, cols: i64| {
+            vec![
+                (cols, 1),
+                (1, rows),
+                (cols + 3, 1),
+                (1, rows + 2),
+                (cols * 2, 2), // no unit stride unless a size is 1
+            ]
+        };
+        let mut checked = 0;
+        for (m, k, n) in [
+            (3, 4, 5),
+            (1, 4, 5),
+            (3, 1, 5),
+            (3, 4, 1),
+            (1, 1, 1),
+            (6, 2, 7),
+        ] {
+            for (ars, acs) in layouts(m, k) {
+                for (brs, bcs) in layouts(k, n) {
+                    for (crs, ccs) in layouts(m, n).into_iter().take(4) {
+                        let (a, b, c) = (0, 1000, 2000);
+                        let g = gemm(
+                            Operand {
+                                address: a,
+                                ..op(m, k, ars, acs)
+                            },
+                            Operand {
+                                address: b,
+                                ..op(k, n, brs, bcs)
+                            },
+                            Operand {
+                                address: c,
+                                ..op(m, n, crs, ccs)
+                            },
+                        );
+                        let Some(p) = g.plan() else {
+                            assert!(
+                                (acs != 1 && ars != 1 && m > 1 && k > 1)
+                                    || (bcs != 1 && brs != 1 && k > 1 && n > 1),
+                                "{m}x{k}x{n}: no plan for unit-stride layouts"
+                            );
+                            continue;
+                        };
+                        let mut mem: Vec<f64> = (0..3000).map(|i| (i % 7) as f64 - 3.0).collect();
+                        let want: Vec<f64> = (0..m * n)
+                            .map(|e| {
+                                let (i, j) = (e / n, e % n);
+                                (0..k)
+                                    .map(|l| {
+                                        mem[(a as i64 + i * ars + l * acs) as usize]
+                                            * mem[(b as i64 + l * brs + j * bcs) as usize]
+                                    })
+                                    .sum()
+                            })
+                            .collect();
+                        run_blas(&p, &mut mem);
+                        for e in 0..m * n {
+                            let (i, j) = (e / n, e % n);
+                            let got = mem[(c as i64 + i * crs + j * ccs) as usize];
+                            assert_eq!(got, want[e as usize], "{m}x{k}x{n} {g:?} via {p:?}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked} layouts checked");
+    }
+}

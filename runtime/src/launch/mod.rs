@@ -1,0 +1,685 @@
+//! Running a schedule on a device, independent of which: the launcher half of a GPU runtime.
+//! It places buffers as the memory plan says, binds symbols as steps produce them, picks each
+//! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
+//! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
+//! launches, matmuls and copies. Library steps a device cannot run (sort, scan, nonzero, scatter,
+//! `.item()`, matmuls whose layouts cuBLAS cannot take) run on the host between device steps.
+//!
+//! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
+//! emulation of CUDA, so everything here is exercised without a GPU.
+
+mod gemm;
+
+use guardless_codegen::cuda::{generate, CudaModule, Param};
+use guardless_codegen::schedule::{schedule, Schedule, Step};
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::interp::RunError;
+use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Program};
+use guardless_ir::sym::{Bindings, Expr, SymbolId};
+use guardless_ir::tensor::{Data, HostTensor};
+
+use crate::elements::{self, Either};
+pub use gemm::{Gemm, Operand};
+
+/// What a device does for the launcher. Addresses are the device's (`u64`); every kernel
+/// parameter is 8 bytes (a pointer or a `long long`), passed by value in `args`.
+pub trait Device {
+    /// An allocation, freed when dropped.
+    type Memory;
+    /// `bytes` bytes (at least 1), 256-byte aligned; 0xFF bytes when `poison`.
+    fn alloc(&mut self, bytes: usize, poison: bool) -> Result<Self::Memory, String>;
+    fn address(&self, m: &Self::Memory) -> u64;
+    fn upload(&mut self, dst: u64, bytes: &[u8]) -> Result<(), String>;
+    /// Waits for the work before it, then copies.
+    fn download(&mut self, src: u64, out: &mut [u8]) -> Result<(), String>;
+    fn fill(&mut self, dst: u64, byte: u8, len: usize) -> Result<(), String>;
+    /// Launches entry `entry` of the module (one-dimensional grid and block).
+    fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String>;
+    /// `c = a · b` for each batch (row-major views; see [`Gemm`]).
+    fn gemm(&mut self, g: &Gemm) -> Result<(), String>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("kernel {kernel} ({nodes}): {message}")]
+    Kernel {
+        kernel: String,
+        nodes: String,
+        message: String,
+    },
+    #[error("device: {0}")]
+    Device(String),
+}
+
+/// How a kernel parameter gets its value.
+#[derive(Clone, Debug)]
+enum ArgSource {
+    /// The address of a buffer's storage.
+    Buffer(BufferId),
+    Symbol(SymbolId),
+    Expr(Expr),
+    Error,
+}
+
+/// A program scheduled and rendered to CUDA, its kernel parameters resolved for launching.
+pub struct Executable {
+    pub program: Program,
+    pub schedule: Schedule,
+    pub module: CudaModule,
+    /// `[kernel][variant]`: the entry to launch, `None` when the variant has no generated code.
+    variant_entry: Vec<Vec<Option<usize>>>,
+    params: Vec<Vec<ArgSource>>,
+}
+
+impl Executable {
+    /// Schedules `program` and generates its CUDA.
+    pub fn new(mut program: Program) -> Result<Executable, LaunchError> {
+        let schedule = schedule(&mut program);
+        let module = generate(&mut program, &schedule);
+        Executable::from_parts(program, schedule, module)
+    }
+
+    pub fn from_parts(
+        mut program: Program,
+        schedule: Schedule,
+        module: CudaModule,
+    ) -> Result<Executable, LaunchError> {
+        let mut variant_entry: Vec<Vec<Option<usize>>> = schedule
+            .kernels
+            .iter()
+            .map(|k| vec![None; k.variants.len()])
+            .collect();
+        let mut params = Vec::with_capacity(module.entries.len());
+        for (i, e) in module.entries.iter().enumerate() {
+            let kernel = &schedule.kernels[e.kernel];
+            let bad = |message: String| LaunchError::Kernel {
+                kernel: e.name.clone(),
+                nodes: kernel.origins.join(", "),
+                message,
+            };
+            if e.generated {
+                variant_entry[e.kernel][e.variant] = Some(i);
+            }
+            let mut ps = Vec::with_capacity(e.params.len());
+            for prm in &e.params {
+                ps.push(match prm {
+                    Param::Buffer { buffer, .. } => {
+                        let id = program
+                            .buffers
+                            .iter()
+                            .position(|b| &b.name == buffer)
+                            .ok_or_else(|| bad(format!("no buffer named {buffer}")))?;
+                        ArgSource::Buffer(program.storage_root(BufferId(id as u32)))
+                    }
+                    Param::Symbol { name } => ArgSource::Symbol(
+                        program
+                            .env
+                            .symbol_id(name)
+                            .ok_or_else(|| bad(format!("no symbol named {name}")))?,
+                    ),
+                    Param::Derived { expr, name } => ArgSource::Expr(
+                        program
+                            .env
+                            .parse(expr)
+                            .map_err(|x| bad(format!("derived size {name} = {expr}: {x}")))?,
+                    ),
+                    Param::Error => ArgSource::Error,
+                });
+            }
+            params.push(ps);
+        }
+        Ok(Executable {
+            program,
+            schedule,
+            module,
+            variant_entry,
+            params,
+        })
+    }
+}
+
+/// A tensor already on the device (a torch CUDA tensor, say), read in place when its layout is
+/// the graph's.
+#[derive(Clone, Debug)]
+pub struct DeviceTensor {
+    pub address: u64,
+    /// Bytes readable from `address`.
+    pub bytes: usize,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// In elements.
+    pub strides: Vec<i64>,
+}
+
+/// A call's inputs.
+#[derive(Clone, Copy)]
+pub enum Inputs<'a> {
+    Host(&'a [HostTensor]),
+    Device(&'a [DeviceTensor]),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// Fill fresh allocations with 0xFF bytes (NaN, -1) so an unwritten element shows.
+    pub poison: bool,
+}
+
+enum Storage<M> {
+    Empty,
+    Owned(M, usize),
+    /// The caller's memory, never written.
+    Borrowed(u64, usize),
+}
+
+/// A prepared call: inputs on the device, ready to execute (repeatedly, for benchmarks).
+pub struct Session<'e, D: Device> {
+    exe: &'e Executable,
+    given: Bindings,
+    b: Bindings,
+    storage: Vec<Storage<D::Memory>>,
+    /// Buffer → its storage (memory-plan slot, or the storage root's own).
+    home: Vec<usize>,
+    error: D::Memory,
+    poison: bool,
+    /// Input bytes copied because they were not in the graph's layout (or were host tensors).
+    pub copied_input_bytes: usize,
+    /// Library steps that ran on the host, in the last execution.
+    pub host_steps: usize,
+}
+
+fn fail(buf: &Buffer, message: String) -> LaunchError {
+    LaunchError::Run(RunError::Buffer {
+        buffer: buf.name.clone(),
+        origins: buf.origins.join(", "),
+        message,
+    })
+}
+
+fn dev<T>(r: Result<T, String>) -> Result<T, LaunchError> {
+    r.map_err(LaunchError::Device)
+}
+
+impl<'e, D: Device> Session<'e, D> {
+    pub fn new(
+        dev_: &mut D,
+        exe: &'e Executable,
+        inputs: Inputs<'_>,
+        bindings: &Bindings,
+        options: &SessionOptions,
+    ) -> Result<Session<'e, D>, LaunchError> {
+        let p = &exe.program;
+        p.env
+            .check_bindings(bindings)
+            .map_err(|e| RunError::Assert(e.to_string()))?;
+        let n = p.buffers.len();
+        let slots = exe.schedule.memory.slots.len();
+        let mut slot_of = vec![None; n];
+        for a in &exe.schedule.memory.allocations {
+            slot_of[a.buffer.index()] = a.slot;
+        }
+        let home = (0..n)
+            .map(|i| {
+                let root = p.storage_root(BufferId(i as u32)).index();
+                slot_of[root].unwrap_or(slots + root)
+            })
+            .collect();
+        let error = dev(dev_.alloc(4, false))?;
+        let mut s = Session {
+            exe,
+            given: bindings.clone(),
+            b: bindings.clone(),
+            storage: (0..slots + n).map(|_| Storage::Empty).collect(),
+            home,
+            error,
+            poison: options.poison,
+            copied_input_bytes: 0,
+            host_steps: 0,
+        };
+        for step in &exe.schedule.steps {
+            if let Step::Input(id) = step {
+                s.copied_input_bytes += s.input(dev_, *id, inputs)?;
+            }
+        }
+        Ok(s)
+    }
+
+    fn eval(&self, buf: &Buffer, e: Expr) -> Result<i64, LaunchError> {
+        self.exe
+            .program
+            .env
+            .evaluate(e, &self.b)
+            .map_err(|x| fail(buf, x.to_string()))
+    }
+
+    fn sizes(&self, buf: &Buffer) -> Result<Vec<i64>, LaunchError> {
+        buf.layout
+            .sizes
+            .iter()
+            .map(|&s| self.eval(buf, s))
+            .collect()
+    }
+
+    fn offset_strides(&self, buf: &Buffer) -> Result<(i64, Vec<i64>), LaunchError> {
+        let off = self.eval(buf, buf.layout.offset)?;
+        let st = buf
+            .layout
+            .strides
+            .iter()
+            .map(|&s| self.eval(buf, s))
+            .collect::<Result<_, _>>()?;
+        Ok((off, st))
+    }
+
+    /// The elements `id`'s layout spans (0 when empty).
+    fn extent(&self, id: BufferId) -> Result<usize, LaunchError> {
+        let buf = &self.exe.program.buffers[id.index()];
+        let sizes = self.sizes(buf)?;
+        let (off, strides) = self.offset_strides(buf)?;
+        if off < 0 || strides.iter().any(|&s| s < 0) {
+            return Err(fail(buf, "a negative stride or offset".into()));
+        }
+        if sizes.iter().any(|&s| s <= 0) {
+            return Ok(0);
+        }
+        let last: i64 = sizes.iter().zip(&strides).map(|(&s, &t)| (s - 1) * t).sum();
+        Ok((off + last + 1) as usize)
+    }
+
+    fn address(&self, id: BufferId, dev_: &D) -> u64 {
+        match &self.storage[self.home[id.index()]] {
+            Storage::Empty => 0,
+            Storage::Owned(m, _) => dev_.address(m),
+            Storage::Borrowed(a, _) => *a,
+        }
+    }
+
+    /// Storage for `id` before it is written: at least its extent (and its slot's planned size).
+    fn allocate(&mut self, dev_: &mut D, id: BufferId) -> Result<u64, LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let mut bytes = self.extent(id)? * buf.dtype.size();
+        let h = self.home[id.index()];
+        let slots = self.exe.schedule.memory.slots.len();
+        if h < slots {
+            let planned = self.eval(buf, self.exe.schedule.memory.slots[h])?;
+            bytes = bytes.max(planned.max(0) as usize);
+        }
+        match &self.storage[h] {
+            Storage::Owned(m, have) if *have >= bytes => return Ok(dev_.address(m)),
+            Storage::Borrowed(..) => {
+                return Err(fail(
+                    buf,
+                    "it would be written into an input's storage".into(),
+                ))
+            }
+            _ => {}
+        }
+        let m = dev(dev_.alloc(bytes.max(16), self.poison))?;
+        let a = dev_.address(&m);
+        self.storage[h] = Storage::Owned(m, bytes.max(16));
+        Ok(a)
+    }
+
+    fn input(&mut self, dev_: &mut D, id: BufferId, inputs: Inputs) -> Result<usize, LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let BufferKind::Input(k) = buf.kind else {
+            unreachable!("an input step")
+        };
+        let sizes = self.sizes(buf)?;
+        let numel: i64 = sizes.iter().map(|&s| s.max(0)).product();
+        let missing = || RunError::Input {
+            index: k,
+            message: "missing".into(),
+        };
+        let host = match inputs {
+            Inputs::Host(t) => t.get(k).ok_or_else(missing)?.clone(),
+            Inputs::Device(t) => {
+                let t = t.get(k).ok_or_else(missing)?;
+                let (off, strides) = self.offset_strides(buf)?;
+                check_device(t, buf.dtype, &sizes)
+                    .map_err(|message| RunError::Input { index: k, message })?;
+                let same = off == 0
+                    && sizes
+                        .iter()
+                        .zip(&strides)
+                        .zip(&t.strides)
+                        .all(|((&n, &a), &b)| n <= 1 || a == b);
+                if same && t.address % 16 == 0 {
+                    let h = self.home[id.index()];
+                    self.storage[h] = Storage::Borrowed(t.address, t.bytes);
+                    return Ok(0);
+                }
+                download_strided(dev_, t)?
+            }
+        };
+        if host.numel() as i64 != numel {
+            return Err(RunError::Input {
+                index: k,
+                message: format!("{} elements, expected {numel}", host.numel()),
+            }
+            .into());
+        }
+        let at = self.allocate(dev_, id)?;
+        let (off, strides) = self.offset_strides(buf)?;
+        let mut bytes = vec![0u8; self.extent(id)? * buf.dtype.size()];
+        let mut idx = vec![0i64; sizes.len()];
+        for e in 0..numel.max(0) as usize {
+            let i = off + idx.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<i64>();
+            let v = match (&host.data, buf.dtype.is_float()) {
+                (Data::Float(v), true) => Either::F(v[e]),
+                (Data::Float(v), false) => Either::I(v[e] as i64),
+                (Data::Int(v), _) => Either::I(v[e]),
+            };
+            elements::write(&mut bytes, buf.dtype, i as usize, v);
+            elements::next_index(&mut idx, &sizes);
+        }
+        dev(dev_.upload(at, &bytes))?;
+        Ok(bytes.len())
+    }
+
+    /// Runs every step after the inputs. Device work is queued; nothing waits for it unless a
+    /// host step needs its results.
+    pub fn execute(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        self.b = self.given.clone();
+        self.host_steps = 0;
+        let flag = dev_.address(&self.error);
+        dev(dev_.fill(flag, 0, 4))?;
+        for step in &self.exe.schedule.steps {
+            match step {
+                Step::Input(_) | Step::View(_) => {}
+                Step::Kernel(k) => self.kernel(dev_, *k)?,
+                Step::Library(id) => self.library(dev_, *id)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The variant of kernel `ki` to launch at the current sizes and addresses.
+    fn choose(&self, dev_: &D, ki: usize) -> Result<Option<usize>, LaunchError> {
+        let exe = self.exe;
+        let k = &exe.schedule.kernels[ki];
+        let env = &exe.program.env;
+        for (vi, v) in k.variants.iter().enumerate() {
+            let Some(entry) = exe.variant_entry[ki][vi] else {
+                continue;
+            };
+            let holds = env
+                .evaluate(v.predicate, &self.b)
+                .map_err(|x| LaunchError::Kernel {
+                    kernel: k.name.clone(),
+                    nodes: k.origins.join(", "),
+                    message: format!("variant {vi}'s predicate: {x}"),
+                })?;
+            if holds != 0 && v.aligned.iter().all(|&b| self.address(b, dev_) % 16 == 0) {
+                return Ok(Some(entry));
+            }
+        }
+        Ok(None)
+    }
+
+    fn kernel(&mut self, dev_: &mut D, ki: usize) -> Result<(), LaunchError> {
+        let exe = self.exe;
+        let k = &exe.schedule.kernels[ki];
+        let bad = |message: String| LaunchError::Kernel {
+            kernel: k.name.clone(),
+            nodes: k.origins.join(", "),
+            message,
+        };
+        for m in &k.members {
+            if m.stored.is_some() {
+                self.allocate(dev_, m.buffer)?;
+            }
+        }
+        let entry = self
+            .choose(dev_, ki)?
+            .ok_or_else(|| bad("no variant's predicate holds".into()))?;
+        let e = &exe.module.entries[entry];
+        let v = &k.variants[e.variant];
+        let env = &exe.program.env;
+        let grid = env
+            .evaluate(v.grid, &self.b)
+            .map_err(|x| bad(format!("grid: {x}")))?;
+        if grid <= 0 {
+            return Ok(());
+        }
+        let grid = u32::try_from(grid)
+            .ok()
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or_else(|| bad(format!("grid of {grid} blocks exceeds 2^31 - 1")))?;
+        let flag = dev_.address(&self.error);
+        let mut args = Vec::with_capacity(exe.params[entry].len());
+        for a in &exe.params[entry] {
+            args.push(match a {
+                ArgSource::Buffer(b) => self.address(*b, dev_),
+                ArgSource::Symbol(s) => env
+                    .symbol_value(*s, &self.b)
+                    .ok_or_else(|| bad(format!("symbol {} is unbound", env.symbol_name(*s))))?
+                    as u64,
+                ArgSource::Expr(x) => {
+                    env.evaluate(*x, &self.b)
+                        .map_err(|x| bad(format!("derived size: {x}")))? as u64
+                }
+                ArgSource::Error => flag,
+            });
+        }
+        dev(dev_.launch(entry, grid, v.config.threads as u32, &args))
+            .map_err(|x| bad(x.to_string()))
+    }
+
+    fn library(&mut self, dev_: &mut D, id: BufferId) -> Result<(), LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        if let BufferKind::Extern { kernel, inputs } = &buf.kind {
+            if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
+                && gemm::supported(buf.dtype)
+                && inputs
+                    .iter()
+                    .all(|i| p.buffers[i.index()].dtype == buf.dtype)
+                && self.device_matmul(dev_, id, *kernel == ExternKernel::Bmm, inputs)?
+            {
+                return Ok(());
+            }
+        }
+        // On the host: the storage it reads comes back, the result goes out.
+        self.host_steps += 1;
+        let reads = p.library_reads(id);
+        let mut values = Vec::with_capacity(reads.len());
+        for r in reads {
+            let rb = &p.buffers[r.index()];
+            let n = self.extent(r)?;
+            let mut bytes = vec![0u8; n * rb.dtype.size()];
+            let at = self.address(r, dev_);
+            if !bytes.is_empty() {
+                dev(dev_.download(at, &mut bytes))?;
+            }
+            values.push((r, elements::to_data(&bytes, rb.dtype, n)));
+        }
+        let data = p.run_library_step(id, &values, &mut self.b)?;
+        if matches!(buf.kind, BufferKind::Item { .. }) {
+            return Ok(());
+        }
+        let at = self.allocate(dev_, id)?;
+        let n = match &data {
+            Data::Float(v) => v.len(),
+            Data::Int(v) => v.len(),
+        };
+        let mut bytes = vec![0u8; n * buf.dtype.size()];
+        elements::from_data(&mut bytes, buf.dtype, &data);
+        if !bytes.is_empty() {
+            dev(dev_.upload(at, &bytes))?;
+        }
+        Ok(())
+    }
+
+    /// `mm`/`bmm` on the device; `false` when the layouts need the host.
+    fn device_matmul(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        batched: bool,
+        inputs: &[BufferId],
+    ) -> Result<bool, LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let out = self.allocate(dev_, id)?;
+        let view = |s: &Self, b: BufferId| -> Result<(Vec<i64>, i64, Vec<i64>), LaunchError> {
+            let x = &p.buffers[b.index()];
+            let (off, st) = s.offset_strides(x)?;
+            Ok((s.sizes(x)?, off, st))
+        };
+        let (sa, oa, ta) = view(self, inputs[0])?;
+        let (sb, ob, tb) = view(self, inputs[1])?;
+        let (so, oo, to) = view(self, id)?;
+        let r = usize::from(batched);
+        if sa.len() != 2 + r || sb.len() != 2 + r || so.len() != 2 + r || sa[1 + r] != sb[r] {
+            return Err(fail(buf, format!("matmul of {sa:?} by {sb:?} into {so:?}")));
+        }
+        let size = buf.dtype.size() as u64;
+        let operand = |addr: u64, off: i64, sizes: &[i64], st: &[i64]| Operand {
+            address: addr + off as u64 * size,
+            rows: sizes[r],
+            cols: sizes[r + 1],
+            row_stride: st[r],
+            col_stride: st[r + 1],
+            batch_stride: if batched { st[0] } else { 0 },
+        };
+        let g = Gemm {
+            dtype: buf.dtype,
+            batch: if batched { so[0] } else { 1 },
+            a: operand(self.address(inputs[0], dev_), oa, &sa, &ta),
+            b: operand(self.address(inputs[1], dev_), ob, &sb, &tb),
+            c: operand(out, oo, &so, &to),
+        };
+        if g.batch <= 0 || g.c.rows <= 0 || g.c.cols <= 0 {
+            return Ok(true);
+        }
+        if g.a.cols == 0 {
+            // An empty inner dimension: the product is zeros (the output is contiguous).
+            let bytes = self.extent(id)? * buf.dtype.size();
+            dev(dev_.fill(out, 0, bytes))?;
+            return Ok(true);
+        }
+        if g.plan().is_none() {
+            return Ok(false);
+        }
+        dev(dev_.gemm(&g))?;
+        Ok(true)
+    }
+
+    /// Waits for the device and reports the first data-dependent error a kernel raised.
+    pub fn check(&self, dev_: &mut D) -> Result<(), LaunchError> {
+        let mut code = [0u8; 4];
+        dev(dev_.download(dev_.address(&self.error), &mut code))?;
+        match i32::from_le_bytes(code) {
+            0 => Ok(()),
+            c => {
+                let errors = &self.exe.module.errors;
+                let message = usize::try_from(c - 1)
+                    .ok()
+                    .and_then(|i| errors.get(i))
+                    .cloned()
+                    .unwrap_or_else(|| format!("unknown error code {c}"));
+                Err(RunError::Assert(message).into())
+            }
+        }
+    }
+
+    /// The graph's outputs of the last execution, copied to the host.
+    pub fn outputs(&self, dev_: &mut D) -> Result<Vec<HostTensor>, LaunchError> {
+        self.check(dev_)?;
+        let p = &self.exe.program;
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for &o in &p.outputs {
+            let buf = &p.buffers[o.index()];
+            let sizes = self.sizes(buf)?;
+            let (off, strides) = self.offset_strides(buf)?;
+            let n = self.extent(o)?;
+            let mut bytes = vec![0u8; n * buf.dtype.size()];
+            let have = match &self.storage[self.home[o.index()]] {
+                Storage::Empty => 0,
+                Storage::Owned(_, b) | Storage::Borrowed(_, b) => *b,
+            };
+            if bytes.len() > have {
+                return Err(fail(buf, "an output's layout exceeds its storage".into()));
+            }
+            if !bytes.is_empty() {
+                dev(dev_.download(self.address(o, dev_), &mut bytes))?;
+            }
+            outs.push(gather(buf.dtype, &bytes, &sizes, off, &strides));
+        }
+        Ok(outs)
+    }
+}
+
+/// The elements of a strided view of `bytes`, in row-major order.
+fn gather(dtype: DType, bytes: &[u8], sizes: &[i64], off: i64, strides: &[i64]) -> HostTensor {
+    let shape: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
+    let numel: usize = shape.iter().product();
+    let mut idx = vec![0i64; sizes.len()];
+    let (mut fs, mut is) = (Vec::new(), Vec::new());
+    for _ in 0..numel {
+        let at = off + idx.iter().zip(strides).map(|(&i, &s)| i * s).sum::<i64>();
+        match elements::read(bytes, dtype, at as usize) {
+            Either::F(x) => fs.push(x),
+            Either::I(x) => is.push(x),
+        }
+        elements::next_index(&mut idx, sizes);
+    }
+    let data = if dtype.is_float() {
+        Data::Float(fs)
+    } else {
+        Data::Int(is)
+    };
+    HostTensor { dtype, shape, data }
+}
+
+/// A caller's device tensor against the graph's input: dtype, shape, and strides that stay
+/// inside the bytes given.
+fn check_device(t: &DeviceTensor, dtype: DType, sizes: &[i64]) -> Result<(), String> {
+    if t.dtype != dtype {
+        return Err(format!("dtype {:?}, expected {dtype:?}", t.dtype));
+    }
+    let shape: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
+    if shape != sizes || t.strides.len() != shape.len() {
+        return Err(format!("shape {shape:?}, expected {sizes:?}"));
+    }
+    if shape.iter().all(|&s| s > 0) {
+        if t.strides.iter().any(|&s| s < 0) {
+            return Err("a negative stride".into());
+        }
+        let last: i64 = shape
+            .iter()
+            .zip(&t.strides)
+            .map(|(&n, &s)| (n - 1) * s)
+            .sum();
+        if (last as usize + 1) * dtype.size() > t.bytes {
+            return Err(format!(
+                "strides {:?} reach past its {} bytes",
+                t.strides, t.bytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A device tensor's elements, through its strides, on the host.
+fn download_strided<D: Device>(dev_: &mut D, t: &DeviceTensor) -> Result<HostTensor, LaunchError> {
+    let sizes: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
+    let n = if sizes.iter().any(|&s| s <= 0) {
+        0
+    } else {
+        1 + sizes
+            .iter()
+            .zip(&t.strides)
+            .map(|(&n, &s)| (n - 1) * s)
+            .sum::<i64>() as usize
+    };
+    let mut bytes = vec![0u8; n * t.dtype.size()];
+    if !bytes.is_empty() {
+        dev(dev_.download(t.address, &mut bytes))?;
+    }
+    Ok(gather(t.dtype, &bytes, &sizes, 0, &t.strides))
+}

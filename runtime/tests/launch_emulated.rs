@@ -1,0 +1,333 @@
+//! The launcher (`launch`), run on a device made of the CPU emulation of CUDA: generated kernels
+//! compiled as C++ (`codegen/tests/emu`), memory in host allocations, matmuls as a host loop
+//! with the strides the launcher passes. Everything the GPU runtime decides — memory plan,
+//! variants by predicate and alignment, grids, derived sizes, host steps, data-dependent sizes,
+//! device inputs read in place, errors — is checked against the reference executor here.
+
+#[path = "../../ir/tests/differential/mod.rs"]
+mod differential;
+#[path = "../../codegen/tests/emu/mod.rs"]
+mod emu;
+
+use std::ffi::c_void;
+
+use differential::assert_close;
+use guardless_ir::graph::{DType, Graph};
+use guardless_ir::lower::lower;
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_ir::tensor::HostTensor;
+use guardless_runtime::elements::{self, Either};
+use guardless_runtime::launch::{
+    Device, DeviceTensor, Executable, Gemm, Inputs, LaunchError, Session, SessionOptions,
+};
+
+struct Emu {
+    lib: emu::Compiled,
+    names: Vec<String>,
+    launches: usize,
+    gemms: usize,
+}
+
+impl Emu {
+    fn new(name: &str, exe: &Executable) -> Emu {
+        Emu {
+            lib: emu::build(name, &exe.program, &exe.module),
+            names: exe.module.entries.iter().map(|e| e.name.clone()).collect(),
+            launches: 0,
+            gemms: 0,
+        }
+    }
+}
+
+/// The element at `index` of the array of `dtype` at `address`.
+unsafe fn read_at(address: u64, dtype: DType, index: i64) -> f64 {
+    let s = dtype.size();
+    let bytes = std::slice::from_raw_parts((address as *const u8).add(index as usize * s), s);
+    match elements::read(bytes, dtype, 0) {
+        Either::F(x) => x,
+        Either::I(x) => x as f64,
+    }
+}
+
+impl Device for Emu {
+    type Memory = Vec<u128>;
+
+    fn alloc(&mut self, bytes: usize, poison: bool) -> Result<Vec<u128>, String> {
+        Ok(vec![
+            if poison { u128::MAX } else { 0 };
+            bytes.div_ceil(16).max(1)
+        ])
+    }
+    fn address(&self, m: &Vec<u128>) -> u64 {
+        m.as_ptr() as u64
+    }
+    fn upload(&mut self, dst: u64, bytes: &[u8]) -> Result<(), String> {
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+        Ok(())
+    }
+    fn download(&mut self, src: u64, out: &mut [u8]) -> Result<(), String> {
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+    fn fill(&mut self, dst: u64, byte: u8, len: usize) -> Result<(), String> {
+        unsafe { std::ptr::write_bytes(dst as *mut u8, byte, len) };
+        Ok(())
+    }
+    fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String> {
+        let mut values = args.to_vec();
+        let mut pointers: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        let name = format!("gl_run_{}", self.names[entry]);
+        let f: libloading::Symbol<unsafe extern "C" fn(u32, u32, *mut *mut c_void)> =
+            unsafe { self.lib.lib.get(name.as_bytes()) }.map_err(|e| e.to_string())?;
+        unsafe { f(grid, block, pointers.as_mut_ptr()) };
+        self.launches += 1;
+        Ok(())
+    }
+    fn gemm(&mut self, g: &Gemm) -> Result<(), String> {
+        // f64 accumulation and one rounding, as the reference does; cuBLAS with f32
+        // accumulation lands within the dtype tolerance of it.
+        self.gemms += 1;
+        let d = g.dtype;
+        for bi in 0..g.batch {
+            for i in 0..g.c.rows {
+                for j in 0..g.c.cols {
+                    let mut acc = 0.0;
+                    for l in 0..g.a.cols {
+                        let a = bi * g.a.batch_stride + i * g.a.row_stride + l * g.a.col_stride;
+                        let b = bi * g.b.batch_stride + l * g.b.row_stride + j * g.b.col_stride;
+                        acc += unsafe { read_at(g.a.address, d, a) * read_at(g.b.address, d, b) };
+                    }
+                    let at = bi * g.c.batch_stride + i * g.c.row_stride + j * g.c.col_stride;
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (g.c.address as *mut u8).add(at as usize * d.size()),
+                            d.size(),
+                        )
+                    };
+                    elements::write(out, d, 0, Either::F(acc));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn example(name: &str) -> Graph {
+    let path = format!(
+        "{}/../examples/graphs/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    Graph::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn inputs_for(g: &Graph, b: &Bindings, seed: u64) -> Vec<HostTensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, inp)| {
+            let shape: Vec<usize> = inp
+                .shape
+                .iter()
+                .map(|&d| g.env.evaluate(d, b).unwrap() as usize)
+                .collect();
+            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (0, 4))
+        })
+        .collect()
+}
+
+fn run(
+    dev: &mut Emu,
+    exe: &Executable,
+    inputs: Inputs,
+    b: &Bindings,
+) -> Result<(Vec<HostTensor>, usize, usize), LaunchError> {
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(dev, exe, inputs, b, &options)?;
+    s.execute(dev)?;
+    let out = s.outputs(dev)?;
+    Ok((out, s.host_steps, s.copied_input_bytes))
+}
+
+#[test]
+fn examples_match_the_reference_through_the_launcher() {
+    for name in [
+        "rms_norm.unbacked",
+        "softmax.unbacked",
+        "silu_and_mul.backed",
+        "rotary_embedding.unbacked",
+        // mm on the device, nonzero on the host, then kernels sized by its counts.
+        "moe_routing.unbacked",
+    ] {
+        let g = example(name);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new(name, &exe);
+        for (seed, n) in [(1, 0), (2, 1), (3, 17), (4, 40)] {
+            if n == 0 && name.ends_with(".backed") {
+                continue; // backed sizes start at 1
+            }
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("n").unwrap(), n);
+            let inputs = inputs_for(&g, &b, seed);
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{name} output {i} at n = {n}"), gt, w);
+            }
+            // Only the data-dependent steps leave the device.
+            let expected_host = if name.starts_with("moe") { 4 } else { 0 };
+            assert_eq!(host_steps, expected_host, "{name}: host steps");
+        }
+        assert!(dev.launches > 0, "{name}: nothing launched");
+        if name.starts_with("moe") {
+            assert!(dev.gemms > 0, "moe_routing's router matmul ran on the host");
+        }
+    }
+}
+
+const MATMULS: &str = r#"{
+ "format": "guardless-graph", "version": 1, "name": "matmuls",
+ "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 4096, "optimization_hint": 64}],
+ "inputs": [
+  {"name": "x", "dtype": "f32", "shape": ["n", 8]},
+  {"name": "w", "dtype": "f32", "shape": [5, 8], "kind": "parameter"},
+  {"name": "q", "dtype": "f32", "shape": [3, "n", 4]},
+  {"name": "k", "dtype": "f32", "shape": [3, 4, 6]}
+ ],
+ "nodes": [
+  {"name": "wt", "op": "aten.t.default", "args": {"self": {"tensor": "w"}}},
+  {"name": "y", "op": "aten.mm.default", "args": {"self": {"tensor": "x"}, "mat2": {"tensor": "wt"}}},
+  {"name": "r", "op": "aten.relu.default", "args": {"self": {"tensor": "y"}}},
+  {"name": "s", "op": "aten.bmm.default", "args": {"self": {"tensor": "q"}, "mat2": {"tensor": "k"}}},
+  {"name": "xs", "op": "aten.slice.Tensor", "args": {"self": {"tensor": "x"}, "dim": 1, "start": 0, "end": 8, "step": 2}},
+  {"name": "ws", "op": "aten.slice.Tensor", "args": {"self": {"tensor": "wt"}, "dim": 0, "start": 0, "end": 8, "step": 2}},
+  {"name": "z", "op": "aten.mm.default", "args": {"self": {"tensor": "xs"}, "mat2": {"tensor": "ws"}}}
+ ],
+ "outputs": [{"tensor": "r"}, {"tensor": "s"}, {"tensor": "z"}]
+}"#;
+
+#[test]
+fn matmuls_run_on_the_device_in_every_layout_the_lowering_makes() {
+    let g = Graph::from_json(MATMULS).unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("matmuls", &exe);
+    for (seed, n) in [(1, 0), (2, 1), (3, 13)] {
+        let mut b = Bindings::new();
+        b.set(g.env.symbol_id("n").unwrap(), n);
+        let inputs = inputs_for(&g, &b, seed);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let before = dev.gemms;
+        let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+        for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("matmuls output {i} at n = {n}"), gt, w);
+        }
+        // x·wᵀ (a transposed operand), the bmm and the product of the step-2 slices (which the
+        // lowering makes contiguous by a kernel first) all reach the device when non-empty.
+        let (device, host) = if n == 0 { (0, 0) } else { (3, 0) };
+        assert_eq!(dev.gemms - before, device, "device matmuls at n = {n}");
+        assert_eq!(host_steps, host, "host matmuls at n = {n}");
+    }
+}
+
+#[test]
+fn device_inputs_are_read_in_place_when_their_layout_is_the_graphs() {
+    let name = "rms_norm.unbacked";
+    let g = example(name);
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("rms_norm_device_inputs", &exe);
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), 9);
+    let inputs = inputs_for(&g, &b, 7);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let want = reference::run(&g, &inputs, &b).unwrap();
+    // Each input on the "device", row-major; the first also transposed in storage.
+    let mut keep = Vec::new();
+    let mut contiguous = Vec::new();
+    for t in &inputs {
+        let bytes = elements::to_bytes(t);
+        let mut m = dev.alloc(bytes.len(), false).unwrap();
+        let a = dev.address(&m);
+        dev.upload(a, &bytes).unwrap();
+        let mut strides = vec![1i64; t.shape.len()];
+        for d in (0..t.shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * t.shape[d + 1] as i64;
+        }
+        contiguous.push(DeviceTensor {
+            address: a,
+            bytes: bytes.len(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            strides,
+        });
+        keep.push(std::mem::take(&mut m));
+    }
+    let (got, _, copied) = run(&mut dev, &exe, Inputs::Device(&contiguous), &b).unwrap();
+    assert_eq!(copied, 0, "contiguous device inputs were copied");
+    for (gt, w) in got.iter().zip(&want) {
+        assert_close("rms_norm from device inputs", gt, w);
+    }
+    // x [n, h] stored column-major: the same values, another layout; copied once.
+    let x = &inputs[0];
+    let (rows, cols) = (x.shape[0], x.shape[1]);
+    let values: Vec<f64> = (0..rows * cols)
+        .map(|i| x.get_f64((i % rows) * cols + i / rows))
+        .collect();
+    let bytes = elements::to_bytes(&HostTensor::from_f64(x.dtype, &[cols, rows], &values));
+    let m = dev.alloc(bytes.len(), false).unwrap();
+    dev.upload(dev.address(&m), &bytes).unwrap();
+    let mut strided = contiguous.clone();
+    strided[0] = DeviceTensor {
+        address: dev.address(&m),
+        bytes: bytes.len(),
+        dtype: x.dtype,
+        shape: x.shape.clone(),
+        strides: vec![1, rows as i64],
+    };
+    let (got, _, copied) = run(&mut dev, &exe, Inputs::Device(&strided), &b).unwrap();
+    assert_eq!(copied, rows * cols * x.dtype.size());
+    for (gt, w) in got.iter().zip(&want) {
+        assert_close("rms_norm from a column-major device input", gt, w);
+    }
+    // Strides that reach past the bytes given are refused, naming the input.
+    let mut short = contiguous.clone();
+    short[0].bytes -= 1;
+    let e = run(&mut dev, &exe, Inputs::Device(&short), &b).unwrap_err();
+    assert!(e.to_string().starts_with("input 0:"), "{e}");
+    drop(keep);
+}
+
+#[test]
+fn bad_calls_are_clean_errors() {
+    let g = example("rotary_embedding.unbacked");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("rotary_errors", &exe);
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), 5);
+    let mut inputs = inputs_for(&g, &b, 3);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    // A position past the cache: the gather's bounds check raises it from the kernel.
+    let positions = &mut inputs[1];
+    let mut p: Vec<i64> = (0..positions.numel())
+        .map(|i| positions.get_f64(i) as i64)
+        .collect();
+    p[3] = 5000;
+    *positions = HostTensor::from_i64(DType::I64, &positions.shape.clone(), &p);
+    let e = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap_err();
+    assert!(e.to_string().contains("index"), "{e}");
+    // A size outside the symbol's declared range.
+    let mut big = Bindings::new();
+    big.set(g.env.symbol_id("n").unwrap(), 70000);
+    let e = run(&mut dev, &exe, Inputs::Host(&[]), &big).unwrap_err();
+    assert!(e.to_string().contains('n'), "{e}");
+    // An input of the wrong shape.
+    let mut b6 = Bindings::new();
+    b6.set(g.env.symbol_id("n").unwrap(), 6);
+    let e = run(&mut dev, &exe, Inputs::Host(&inputs), &b6).unwrap_err();
+    assert!(e.to_string().starts_with("input 0:"), "{e}");
+}
