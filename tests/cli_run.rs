@@ -59,7 +59,12 @@ fn run_on_files_matches_the_reference_and_saves_outputs() {
 
 #[test]
 fn the_cpu_backend_runs_by_default_and_checks_against_the_reference() {
-    for device in ["cpu", "auto"] {
+    let devices: &[&str] = if guardless::runtime::cuda::available() {
+        &["cpu"] // auto picks the GPU there (tests/cuda_run.rs)
+    } else {
+        &["cpu", "auto"]
+    };
+    for &device in devices {
         let (ok, out, err) = guardless(&[
             "run",
             &example("softmax.unbacked.json"),
@@ -135,10 +140,6 @@ fn bad_run_requests_are_clear_errors() {
             "'x' is not an integer",
         ),
         (
-            &["run", &g, "--random", "--device", "cuda"],
-            "no GPU runtime yet",
-        ),
-        (
             &["run", &g, "--random", "--device", "tpu"],
             "expected cpu, cuda, auto or reference",
         ),
@@ -147,6 +148,13 @@ fn bad_run_requests_are_clear_errors() {
         let (ok, _, err) = guardless(args);
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
+    if !guardless::runtime::cuda::driver_present() {
+        let (ok, _, err) = guardless(&["run", &g, "--random", "--device", "cuda"]);
+        assert!(!ok && err.contains("no CUDA driver"), "{err}");
+    }
+    // An artifact holds GPU kernels: the CPU cannot run it.
+    let (ok, _, err) = guardless(&["run", "--artifact", "/nonexistent", "--device", "cpu"]);
+    assert!(!ok && err.contains("--artifact holds GPU kernels"), "{err}");
     let dir = std::env::temp_dir().join(format!("guardless-cli-run-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Sizes whose random inputs could not fit in memory are refused before anything is allocated.

@@ -248,8 +248,24 @@ def moe_routing(kind):
                  nodes, outputs, symbols=counts)
 
 
+VOCAB = 50257
+
+
+def sampler(kind):
+    """Decode-time sampling over a vocabulary: probabilities and the greedy token per sequence. Few
+    long rows (the hint is a decode batch of 8), where a row's reduction spreads over blocks."""
+    sym = {**symbol(kind)}
+    sym["hint" if kind == "backed" else "optimization_hint"] = 8
+    g = graph("sampler", kind, [inp("logits", "f32", [N, VOCAB])], [
+        node("probs", "aten._softmax.default", self=t("logits"), dim=-1, half_to_float=False),
+        node("token", "aten.argmax.default", self=t("logits"), dim=-1),
+    ], [t("probs"), t("token")])
+    g["symbols"][0] = sym
+    return g
+
+
 EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp,
-            llama_decoder_layer, moe_routing]
+            llama_decoder_layer, moe_routing, sampler]
 
 if __name__ == "__main__":
     for make in EXAMPLES:

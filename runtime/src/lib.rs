@@ -4,6 +4,7 @@
 pub use guardless_codegen as codegen;
 
 pub mod cpu;
+pub mod cuda;
 pub mod elements;
 pub mod launch;
 #[cfg(feature = "llvm")]

@@ -331,3 +331,43 @@ fn bad_calls_are_clean_errors() {
     let e = run(&mut dev, &exe, Inputs::Host(&inputs), &b6).unwrap_err();
     assert!(e.to_string().starts_with("input 0:"), "{e}");
 }
+
+const ROW_SUMS: &str = r#"{
+ "format": "guardless-graph", "version": 1, "name": "row_sums",
+ "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 4096, "optimization_hint": 4}],
+ "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 40000]}],
+ "nodes": [
+  {"name": "s", "op": "aten.sum.dim_IntList", "args": {"self": {"tensor": "x"}, "dim": [-1]}}
+ ],
+ "outputs": [{"tensor": "s"}]
+}"#;
+
+#[test]
+fn split_reductions_combine_their_partials_in_a_last_launch() {
+    // One pass whose result is stored: the row's 16 blocks write partials (launch 0), then every
+    // block combines them and block 0 stores the sum (launch 1).
+    let g = Graph::from_json(ROW_SUMS).unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let text = exe.schedule.to_text(&exe.program);
+    assert!(text.contains("v0 (tuned for 4): split 16"), "{text}");
+    let mut dev = Emu::new("row_sums", &exe);
+    for (seed, n) in [(1, 0), (2, 1), (3, 3)] {
+        let mut b = Bindings::new();
+        b.set(g.env.symbol_id("n").unwrap(), n);
+        // Positive terms: 40000 random signed ones cancel to a sum whose f32 rounding error is
+        // past any fixed tolerance.
+        let x = &inputs_for(&g, &b, seed)[0];
+        let values: Vec<f64> = (0..x.numel()).map(|i| x.get_f64(i).abs()).collect();
+        let inputs = vec![HostTensor::from_f64(DType::F32, &x.shape, &values)];
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let before = dev.launches;
+        let (got, _, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+        assert_close(&format!("row sums at n = {n}"), &got[0], &want[0]);
+        assert_eq!(
+            dev.launches - before,
+            if n == 0 { 0 } else { 2 },
+            "launches at n = {n}"
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! `guardless bench GRAPH --sizes n=1,7,64 [--compare-backed]`: the promise, measured — one
 //! compile of the graph as given timed at every size, against a graph compiled for each size:
 //! backed (the symbol's hint is that size) and static (the symbol asserted equal to it, so every
-//! size is a constant). On the CPU backend until the GPU runtime lands (`--device cuda` then).
+//! size is a constant). On the GPU (`--device cuda`: CUDA events around back-to-back calls) or
+//! the CPU backend (`--device cpu`: wall time per call).
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -12,6 +13,8 @@ use guardless_ir::graph::Graph;
 use guardless_ir::reference;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
+use guardless_runtime::cuda::{self, CudaProgram};
+use guardless_runtime::launch::{Inputs, Session, SessionOptions};
 use serde_json::{json, Value};
 
 use super::run::{parse_bind, random_inputs};
@@ -28,9 +31,13 @@ pub struct BenchArgs {
     /// a constant) and time them on the same inputs.
     #[arg(long)]
     compare_backed: bool,
-    /// Where to run: `cpu` (the CPU backend). `cuda` comes with the GPU runtime.
-    #[arg(long, default_value = "cpu")]
+    /// Where to run: `cuda` (the first GPU), `cpu` (the CPU backend), `auto` (the GPU when
+    /// present).
+    #[arg(long, default_value = "auto")]
     device: String,
+    /// GPU: calls back to back between two CUDA events; a timed call is their mean.
+    #[arg(long, default_value_t = 100)]
+    calls_per_event: usize,
     /// Untimed calls before timing.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
@@ -42,43 +49,108 @@ pub struct BenchArgs {
     json: bool,
 }
 
-/// A graph compiled for the host, and how long that took.
+enum Backend {
+    Cpu(CpuProgram),
+    Cuda(Box<CudaProgram>),
+}
+
+/// A compiled graph, and how long compiling took.
 struct Compiled {
-    cpu: CpuProgram,
+    backend: Backend,
     graph: Graph,
     seconds: f64,
 }
 
-fn compile(text: &str, what: &str) -> Result<Compiled, String> {
+impl Compiled {
+    fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Cpu(c) => format!("the CPU ({})", c.backend()),
+            Backend::Cuda(g) => format!("the GPU ({})", g.arch),
+        }
+    }
+}
+
+fn compile(text: &str, what: &str, device: &str) -> Result<Compiled, String> {
     let start = Instant::now();
     let graph = Graph::from_json(text).map_err(|e| format!("{what}: {e}"))?;
     let program = guardless_ir::lower::lower(&graph).map_err(|e| format!("{what}: {e}"))?;
-    let cpu = CpuProgram::compile(program).map_err(|e| format!("{what}: {e}"))?;
+    let backend = if device == "cuda" {
+        Backend::Cuda(Box::new(
+            CudaProgram::compile(program).map_err(|e| format!("{what}: {e}"))?,
+        ))
+    } else {
+        Backend::Cpu(CpuProgram::compile(program).map_err(|e| format!("{what}: {e}"))?)
+    };
     Ok(Compiled {
-        cpu,
+        backend,
         graph,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
 
-/// The median time of one call (µs) and the outputs.
-fn time_calls(
-    c: &Compiled,
+/// GPU: inputs copied once; each timed sample is CUDA events around `per_event` calls.
+fn time_gpu(
+    gpu: &mut CudaProgram,
     inputs: &[HostTensor],
+    b: &guardless_ir::sym::Bindings,
     warmup: usize,
     iters: usize,
+    per_event: usize,
 ) -> Result<(f64, Vec<HostTensor>), String> {
+    let (exe, dev) = gpu.parts();
+    let mut s = Session::new(
+        dev,
+        exe,
+        Inputs::Host(inputs),
+        b,
+        &SessionOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    for _ in 0..warmup {
+        s.execute(dev).map_err(|e| e.to_string())?;
+    }
+    s.check(dev).map_err(|e| e.to_string())?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let mut failed = None;
+        let ms = dev.time(|d| {
+            for _ in 0..per_event.max(1) {
+                if let Err(e) = s.execute(d) {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        times.push(ms * 1e3 / per_event.max(1) as f64);
+    }
+    let outputs = s.outputs(dev).map_err(|e| e.to_string())?;
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], outputs))
+}
+
+/// The median time of one call (µs) and the outputs.
+fn time_calls(
+    c: &mut Compiled,
+    inputs: &[HostTensor],
+    a: &BenchArgs,
+) -> Result<(f64, Vec<HostTensor>), String> {
+    let (warmup, iters) = (a.warmup, a.iters);
     let b =
         reference::bind_inputs(&c.graph, inputs, &Default::default()).map_err(|e| e.to_string())?;
+    let cpu = match &mut c.backend {
+        Backend::Cuda(g) => return time_gpu(g, inputs, &b, warmup, iters, a.calls_per_event),
+        Backend::Cpu(cpu) => cpu,
+    };
     let opts = RunOptions::default();
     let mut times = Vec::with_capacity(iters);
     #[cfg(feature = "llvm")]
     let outputs = {
         // Inputs stay in native storage: only the kernels and library calls are timed.
-        let mut s = c
-            .cpu
-            .session(inputs, &b, &opts)
-            .map_err(|e| e.to_string())?;
+        let mut s = cpu.session(inputs, &b, &opts).map_err(|e| e.to_string())?;
         for _ in 0..warmup {
             s.execute().map_err(|e| e.to_string())?;
         }
@@ -92,12 +164,12 @@ fn time_calls(
     #[cfg(not(feature = "llvm"))]
     let outputs = {
         for _ in 0..warmup {
-            c.cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
+            cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
         }
         let mut last = Vec::new();
         for _ in 0..iters {
             let start = Instant::now();
-            last = c.cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
+            last = cpu.run(inputs, &b, &opts).map_err(|e| e.to_string())?;
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
         last
@@ -140,12 +212,12 @@ fn bytes(ts: &[HostTensor]) -> usize {
 }
 
 pub fn run(a: BenchArgs) -> Result<String, String> {
-    if a.device != "cpu" {
-        return Err(format!(
-            "--device {}: this build benchmarks the CPU backend only (the GPU runtime is not built yet)",
-            a.device
-        ));
-    }
+    let device = match a.device.as_str() {
+        "cuda" => "cuda",
+        "auto" if cuda::available() => "cuda",
+        "auto" | "cpu" => "cpu",
+        d => return Err(format!("--device {d}: expected cuda, cpu or auto")),
+    };
     if a.iters == 0 {
         return Err("--iters must be at least 1".into());
     }
@@ -165,7 +237,7 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
                 .map_err(|_| format!("--sizes: '{}' is not an integer", v.trim()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let unbacked = compile(&text, "the graph").map_err(ctx)?;
+    let mut unbacked = compile(&text, "the graph", device).map_err(ctx)?;
     if unbacked.graph.env.symbol_id(name).is_none() {
         return Err(ctx(format!("--sizes: the graph has no symbol '{name}'")));
     }
@@ -179,8 +251,7 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
             .check_bindings(&given)
             .map_err(|e| ctx(format!("--sizes {name}={v}: {e}")))?;
         let inputs = random_inputs(&unbacked.graph, &given, v as u64)?;
-        let (t_unbacked, outputs) =
-            time_calls(&unbacked, &inputs, a.warmup, a.iters).map_err(ctx)?;
+        let (t_unbacked, outputs) = time_calls(&mut unbacked, &inputs, &a).map_err(ctx)?;
         let compulsory = bytes(&inputs) + bytes(&outputs);
         let mut row = json!({
             "size": v,
@@ -190,8 +261,8 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
         });
         if a.compare_backed {
             for (key, pin) in [("backed", false), ("static", true)] {
-                let c = compile(&specialized(&doc, name, v, pin)?, key).map_err(ctx)?;
-                let (t, _) = time_calls(&c, &inputs, a.warmup, a.iters).map_err(ctx)?;
+                let mut c = compile(&specialized(&doc, name, v, pin)?, key, device).map_err(ctx)?;
+                let (t, _) = time_calls(&mut c, &inputs, &a).map_err(ctx)?;
                 row[format!("{key}_us")] = json!(t);
                 row[format!("unbacked_over_{key}")] = json!(t_unbacked / t);
                 row[format!("{key}_compile_s")] = json!(c.seconds);
@@ -202,8 +273,8 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
     if a.json {
         let out = json!({
             "graph": a.graph.display().to_string(),
-            "device": "cpu",
-            "backend": unbacked.cpu.backend(),
+            "device": device,
+            "backend": unbacked.describe(),
             "compile_s": unbacked.seconds,
             "rows": rows,
         });
@@ -212,9 +283,9 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}: compiled once for the CPU ({}) in {:.1} ms; median of {} calls per size",
+        "{}: compiled once for {} in {:.1} ms; median of {} calls per size",
         a.graph.display(),
-        unbacked.cpu.backend(),
+        unbacked.describe(),
         unbacked.seconds * 1e3,
         a.iters
     );

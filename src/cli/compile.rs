@@ -43,6 +43,11 @@ pub fn run(
         guardless_ir::lower::lower(&graph).map_err(|e| format!("{}: {e}", path.display()))?;
     let s = schedule(&mut program);
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    if out_dir.is_some() {
+        // The directory is a compiled artifact: `guardless run --artifact DIR` reads the graph
+        // from it.
+        files.push(("graph.json".to_string(), text.clone().into_bytes()));
+    }
     if wanted.contains(&"schedule") {
         files.push(("schedule.txt".to_string(), s.to_text(&program).into_bytes()));
     }

@@ -1,5 +1,6 @@
-//! `guardless run GRAPH --device cpu|auto|reference`: compile a graph and run it on given or random
-//! inputs; print a summary of its outputs and the times.
+//! `guardless run GRAPH --device cuda|cpu|auto|reference` (or `guardless run --artifact DIR`):
+//! compile a graph (or load a compiled artifact) and run it on given or random inputs; print a
+//! summary of its outputs and the times.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -12,16 +13,24 @@ use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::{Data, HostTensor};
 use guardless_ir::tensor_io;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
+use guardless_runtime::cuda::{self, CudaProgram};
+use guardless_runtime::launch::SessionOptions;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The graph file.
-    graph: PathBuf,
-    /// Where to run: `cpu` (the CPU backend: native kernels through LLVM when built with the
-    /// `llvm` feature, else the loop-IR interpreter), `auto` (the best device present: the CPU
-    /// backend until the GPU runtime lands), `reference` (the op-level reference executor).
+    /// The graph file (with `--artifact`, the artifact's `graph.json` by default).
+    #[arg(required_unless_present = "artifact")]
+    graph: Option<PathBuf>,
+    /// Where to run: `cuda` (the first GPU), `cpu` (the CPU backend: native kernels through
+    /// LLVM when built with the `llvm` feature, else the loop-IR interpreter), `auto` (the GPU
+    /// when a CUDA driver and a GPU are present, else the CPU backend), `reference` (the
+    /// op-level reference executor).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Run a compiled artifact (`guardless compile --emit cuda,ptx --out-dir DIR`) on the GPU
+    /// without compiling anything.
+    #[arg(long, value_name = "DIR")]
+    artifact: Option<PathBuf>,
     /// Also run the reference executor and print each output's largest difference from it.
     #[arg(long)]
     check: bool,
@@ -44,20 +53,30 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> Result<String, String> {
-    let device = match a.device.as_str() {
-        "auto" | "cpu" => "cpu",
-        "reference" => "reference",
-        "cuda" => {
-            return Err("--device cuda: this build has no GPU runtime yet; use cpu or auto".into())
+    let device = match (a.device.as_str(), &a.artifact) {
+        ("cuda", _) | ("auto", Some(_)) => "cuda",
+        ("auto", None) if cuda::available() => "cuda",
+        ("auto" | "cpu", None) => "cpu",
+        ("reference", None) => "reference",
+        ("cpu" | "reference", Some(_)) => {
+            return Err(format!(
+                "--artifact holds GPU kernels: --device {} cannot run it",
+                a.device
+            ))
         }
-        d => {
+        (d, _) => {
             return Err(format!(
                 "--device {d}: expected cpu, cuda, auto or reference"
             ))
         }
     };
-    let ctx = |e: String| format!("{}: {e}", a.graph.display());
-    let text = std::fs::read_to_string(&a.graph).map_err(|e| ctx(e.to_string()))?;
+    let graph_path = match (&a.graph, &a.artifact) {
+        (Some(g), _) => g.clone(),
+        (None, Some(dir)) => dir.join("graph.json"),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let ctx = |e: String| format!("{}: {e}", graph_path.display());
+    let text = std::fs::read_to_string(&graph_path).map_err(|e| ctx(e.to_string()))?;
     let graph = Graph::from_json(&text).map_err(|e| ctx(e.to_string()))?;
     let given = parse_bind(&graph, a.bind.as_deref())?;
     graph
@@ -89,6 +108,36 @@ pub fn run(a: RunArgs) -> Result<String, String> {
             .run(&inputs, &bindings, &RunOptions::default())
             .map_err(|e| ctx(e.to_string()))?;
         (outputs, start.elapsed(), "cpu")
+    } else if device == "cuda" {
+        let start = Instant::now();
+        let program = guardless_ir::lower::lower(&graph).map_err(|e| ctx(e.to_string()))?;
+        let mut gpu = match &a.artifact {
+            Some(dir) => CudaProgram::load_artifact(dir, program),
+            None => CudaProgram::compile(program),
+        }
+        .map_err(|e| ctx(e.to_string()))?;
+        let _ = writeln!(
+            out,
+            "{} for the GPU ({}) in {:.1} ms: {} kernels{}",
+            if a.artifact.is_some() {
+                "loaded"
+            } else {
+                "compiled"
+            },
+            gpu.arch,
+            start.elapsed().as_secs_f64() * 1e3,
+            gpu.exe.schedule.kernels.len(),
+            if gpu.compiled {
+                ""
+            } else {
+                " (no NVRTC: cached)"
+            }
+        );
+        let start = Instant::now();
+        let outputs = gpu
+            .run(&inputs, &bindings, &SessionOptions::default())
+            .map_err(|e| ctx(e.to_string()))?;
+        (outputs, start.elapsed(), "cuda")
     } else {
         let start = Instant::now();
         let outputs = reference::run(&graph, &inputs, &bindings).map_err(|e| ctx(e.to_string()))?;

@@ -25,6 +25,7 @@ const ENTRY: &str = "GL_ENTRY_NAME";
 const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
+const SPLIT: &str = include_str!("../../../templates/split.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -45,6 +46,13 @@ pub enum Param {
     },
     /// `int*` where the first data-dependent error code is written.
     Error,
+    /// Split reductions: `char*` scratch of `bytes` (an expression of the sizes) for the blocks'
+    /// partial results; the launcher provides it.
+    Workspace {
+        bytes: String,
+    },
+    /// Split reductions: which launch of the function this is (`0..phases`).
+    Phase,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -56,9 +64,12 @@ pub struct Entry {
     pub unit: usize,
     pub params: Vec<Param>,
     /// The function to launch (variants with identical code share the first one's).
-    /// `generated == false`: this variant has no generated code yet (a split reduction); the launcher skips it
-    /// and takes the next variant whose predicate holds.
+    /// `generated == false`: this variant has no generated code; the launcher skips it and takes
+    /// the next variant whose predicate holds.
     pub generated: bool,
+    /// Launches of the function per execution of the kernel, `gl_phase` = 0, 1, … in order (a
+    /// split reduction: one per pass, plus one to combine the last pass's partial results).
+    pub phases: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +91,7 @@ fn engine() -> Tera {
         ("common.cuh", COMMON),
         ("pointwise.cu", POINTWISE),
         ("reduction.cu", REDUCTION),
+        ("split.cu", SPLIT),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -104,11 +116,11 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
     // choice this generator does not act on yet) share one function.
     let mut seen: rustc_hash::FxHashMap<String, String> = rustc_hash::FxHashMap::default();
-    type Shape = (IndexType, i64, i64, i64, i64, i64);
+    type Shape = (IndexType, i64, i64, i64, i64, i64, i64);
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
-        let mut rendered: Vec<(Shape, (String, Vec<Param>))> = Vec::new();
-        let mut bodies: Vec<((IndexType, i64, bool), Bodies)> = Vec::new();
+        let mut rendered: Vec<(Shape, (String, (Vec<Param>, usize)))> = Vec::new();
+        let mut bodies: Vec<((IndexType, i64, bool, i64), Bodies)> = Vec::new();
         // Index arithmetic does not depend on the variant: hoisted and simplified once per kernel.
         let mut syms = KernelSymbols {
             hoister: hoist::Hoister::new(&p.env, local_symbols(p, k)),
@@ -118,8 +130,9 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         };
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
-            let generated = !matches!(v.config.strategy, Strategy::Split { .. });
-            let params = if generated {
+            let generated = true;
+            let split = split_blocks(&v.config);
+            let (params, phases) = if generated {
                 // Only these choices change the code; variants that agree on them are rendered once.
                 let c = &v.config;
                 let pointwise_vector = c.vector;
@@ -130,6 +143,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                     c.lanes,
                     c.elements_per_thread,
                     pointwise_vector,
+                    split,
                 );
                 let (text, params) = match rendered.iter().find(|(s, _)| *s == shape) {
                     Some((_, done)) => done.clone(),
@@ -138,6 +152,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                             c.index,
                             pointwise_vector,
                             c.strategy == Strategy::Persistent,
+                            split,
                         );
                         let b = match bodies.iter().find(|(i, _)| *i == key) {
                             Some((_, b)) => b.clone(),
@@ -147,7 +162,10 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                                 b
                             }
                         };
-                        let r = (render_variant(p, &tera, k, v, ENTRY, &b), b.params.clone());
+                        let r = (
+                            render_variant(p, &tera, k, v, ENTRY, &b),
+                            (b.params.clone(), b.phases),
+                        );
                         rendered.push((shape, r.clone()));
                         r
                     }
@@ -169,11 +187,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 }
                 params
             } else {
-                let _ = writeln!(
-                    source,
-                    "// {name}: split reduction, not generated; the next variant runs instead\n"
-                );
-                Vec::new()
+                (Vec::new(), 0)
             };
             entries.push(Entry {
                 kernel: ki,
@@ -182,6 +196,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 name,
                 params,
                 generated,
+                phases,
             });
         }
     }
@@ -286,6 +301,8 @@ struct CachedLoad {
 struct Bodies {
     params_c: Vec<String>,
     params: Vec<Param>,
+    /// Launches per kernel execution (1 unless split).
+    phases: usize,
     decls: String,
     pass_ctx: Vec<tera::Value>,
     pointwise_body: String,
@@ -332,6 +349,18 @@ fn render_bodies(
     // Lanes each thread owns (the same in every variant: vector width only changes the loads).
     let lpt = (c.lanes / c.threads_per_row.max(1)).max(1);
     let passes = k.members.iter().map(|m| m.pass).max().unwrap_or(0) + 1;
+    // A split reduction spreads each row's lanes over `blocks` blocks of `c.threads` threads:
+    // each block reduces its lanes to a partial result (a subtree of the lanes' balanced tree),
+    // written to the workspace; the next launch combines the `blocks` partials in tree order, so
+    // the result is bitwise the other variants'. Slot (row, reduction, block) holds 16 bytes: the
+    // value, then an arg-reduction's position.
+    let blocks = split_blocks(c);
+    let reductions = k
+        .members
+        .iter()
+        .filter(|m| m.role == Role::Reduction)
+        .count();
+    let mut reduction_index = 0;
 
     // Buffers: stored members are written; loads from outside the kernel, or of members stored
     // in an earlier pass, are read from memory.
@@ -567,6 +596,8 @@ fn render_bodies(
     }
     for pass in 0..passes {
         let (mut init, mut body_text, mut finish) = (String::new(), String::new(), String::new());
+        let (mut block_finish, mut combine, mut after) =
+            (String::new(), String::new(), String::new());
         for (mi, m) in k.members.iter().enumerate() {
             let buf = p.buffers[m.buffer.index()].clone();
             let BufferKind::Computed { loops, body } = &buf.kind else {
@@ -791,12 +822,38 @@ fn render_bodies(
                     ));
                     let value = if arg { pos.clone() } else { acc.clone() };
                     let rt = if arg { "long long" } else { ct };
-                    let _ = writeln!(finish, "  const {rt} {} = {value}[0];", row_name(m.buffer));
-                    if m.stored.is_some() {
+                    let define = format!("  const {rt} {} = {value}[0];\n", row_name(m.buffer));
+                    finish.push_str(&define);
+                    let stored = m.stored.is_some().then(|| {
                         let from = if arg { DType::I64 } else { d };
                         let cast = body::cast(&row_name(m.buffer), from, buf.dtype);
-                        let st = store(&mut sc, &cast);
+                        store(&mut sc, &cast)
+                    });
+                    if let Some(st) = &stored {
                         let _ = writeln!(finish, "  if (gl_active && gl_tid == 0) {{ {st} }}");
+                    }
+                    if blocks > 0 {
+                        let r = reduction_index;
+                        block_finish
+                            .push_str(&finish_reduction(kind, d, &acc, &pos, lpt, c.threads));
+                        let _ = writeln!(
+                            block_finish,
+                            "  if (gl_active && threadIdx.x == 0) {{ char* w = gl_work + ((long long)gl_row * {reductions} + {r}) * {blocks} * 16 + (long long)gl_part * 16; *({sct}*)w = {acc}[0];{} }}",
+                            if arg { format!(" *(long long*)(w + 8) = {pos}[0];") } else { String::new() },
+                            sct = shuffle_type(d),
+                        );
+                        combine.push_str(&combine_partials(
+                            kind, d, &acc, &pos, r, reductions, blocks,
+                        ));
+                        after.push_str(&define);
+                        if let Some(st) = &stored {
+                            let _ = writeln!(
+                                after,
+                                "  if (gl_active && gl_phase == {} && gl_part == 0 && threadIdx.x == 0) {{ {st} }}",
+                                pass + 1
+                            );
+                        }
+                        reduction_index += 1;
                     }
                 }
             }
@@ -846,6 +903,9 @@ fn render_bodies(
         );
         pc.insert("body".into(), body_text.into());
         pc.insert("finish".into(), finish.into());
+        pc.insert("block_finish".into(), block_finish.into());
+        pc.insert("combine".into(), combine.into());
+        pc.insert("after".into(), after.into());
         pass_ctx.push(tera::Value::Object(pc));
     }
 
@@ -885,11 +945,27 @@ fn render_bodies(
         });
         let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
     }
+    let mut phases = 1;
+    if blocks > 0 {
+        let rows = p.env.text(k.rows);
+        params_c.push("char* __restrict__ gl_work".into());
+        params.push(Param::Workspace {
+            bytes: format!("{}*({rows})", 16 * blocks * reductions.max(1) as i64),
+        });
+        params_c.push("long long gl_phase".into());
+        params.push(Param::Phase);
+        let last_reduces = k
+            .members
+            .iter()
+            .any(|m| m.pass == passes - 1 && m.role == Role::Reduction);
+        phases = passes + usize::from(last_reduces);
+    }
     params_c.push("int* __restrict__ gl_error".into());
     params.push(Param::Error);
     Bodies {
         params_c,
         params,
+        phases,
         decls,
         pass_ctx,
         pointwise_body,
@@ -953,7 +1029,14 @@ fn render_variant(
         ctx.insert("decompose_row", &row_decompose);
         ctx.insert("passes", &pass_ctx);
         ctx.insert("persistent_decls", &b.persistent_decls);
-        tera.render("reduction.cu", &ctx)
+        let blocks = split_blocks(c);
+        if blocks > 0 {
+            ctx.insert("blocks", &blocks);
+            ctx.insert("phases", &b.phases);
+            tera.render("split.cu", &ctx)
+        } else {
+            tera.render("reduction.cu", &ctx)
+        }
     } else {
         ctx.insert("numel_text", &p.env.text(k.rows));
         ctx.insert("numel", &rows_c);
@@ -1012,6 +1095,73 @@ fn pointer_name(buffer_name: &str) -> String {
 
 /// Combines a thread's lanes, then the row's threads, in the balanced-tree order; leaves the
 /// row's result in element 0 of the accumulators (and positions) of every thread of the row.
+/// The blocks a split variant spreads each row over; 0 for any other strategy.
+fn split_blocks(c: &crate::schedule::config::KernelConfig) -> i64 {
+    match c.strategy {
+        Strategy::Split { blocks } => blocks,
+        _ => 0,
+    }
+}
+
+/// The type a reduction's value travels in between threads (shuffles take int, not bool).
+fn shuffle_type(d: DType) -> &'static str {
+    match compute_type(d) {
+        "bool" => "int",
+        t => t,
+    }
+}
+
+/// A split reduction's row value from the workspace: the `blocks` partials of reduction `r`
+/// combined pairwise in tree order (as the lanes' tree would), into `acc[0]` (and `pos[0]`).
+fn combine_partials(
+    kind: ReductionKind,
+    d: DType,
+    acc: &str,
+    pos: &str,
+    r: usize,
+    reductions: usize,
+    blocks: i64,
+) -> String {
+    let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
+    let ct = shuffle_type(d);
+    let better = if kind == ReductionKind::ArgMax {
+        "gl_better_max"
+    } else {
+        "gl_better_min"
+    };
+    let merge = if arg {
+        format!("if ({better}(cv[l + s], cv[l]) || (!{better}(cv[l], cv[l + s]) && cq[l + s] < cq[l])) {{ cv[l] = cv[l + s]; cq[l] = cq[l + s]; }}")
+    } else {
+        format!("cv[l] = {};", body::combine(kind, "cv[l]", "cv[l + s]"))
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "    if (gl_active) {{");
+    let _ = writeln!(
+        out,
+        "      {ct} cv[{blocks}];{}\n      const char* w = gl_work + ((long long)gl_row * {reductions} + {r}) * {blocks} * 16;",
+        if arg { format!(" long long cq[{blocks}];") } else { String::new() }
+    );
+    let _ = writeln!(
+        out,
+        "#pragma unroll\n      for (int b = 0; b < {blocks}; ++b) {{ cv[b] = *(const {ct}*)(w + b * 16);{} }}",
+        if arg { " cq[b] = *(const long long*)(w + b * 16 + 8);" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "#pragma unroll\n      for (int s = 1; s < {blocks}; s <<= 1)\n#pragma unroll\n        for (int l = 0; l + s < {blocks}; l += 2 * s) {{ {merge} }}"
+    );
+    let _ = writeln!(
+        out,
+        "      {acc}[0] = cv[0];{}\n    }}",
+        if arg {
+            format!(" {pos}[0] = cq[0];")
+        } else {
+            String::new()
+        }
+    );
+    out
+}
+
 fn finish_reduction(
     kind: ReductionKind,
     d: DType,

@@ -519,6 +519,11 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
                     } else {
                         ept_base / vector_max.max(1) * vector
                     };
+                    // A split variant's block holds its share of a row's threads.
+                    let threads = match strategy {
+                        Strategy::Split { blocks } => (threads_per_row / blocks).max(1),
+                        _ => threads,
+                    };
                     let config = KernelConfig {
                         strategy: *strategy,
                         threads,

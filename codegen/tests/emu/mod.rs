@@ -27,6 +27,8 @@ pub fn launchers(p: &Program, m: &CudaModule) -> String {
                 }
                 Param::Symbol { .. } | Param::Derived { .. } => format!("*(long long*)args[{i}]"),
                 Param::Error => format!("*(int**)args[{i}]"),
+                Param::Workspace { .. } => format!("*(char**)args[{i}]"),
+                Param::Phase => format!("*(long long*)args[{i}]"),
             })
             .collect();
         out.push_str(&format!(

@@ -61,6 +61,9 @@ enum ArgSource {
     Symbol(SymbolId),
     Expr(Expr),
     Error,
+    /// Split reductions' scratch, of this many bytes.
+    Workspace(Expr),
+    Phase,
 }
 
 /// A program scheduled and rendered to CUDA, its kernel parameters resolved for launching.
@@ -126,6 +129,13 @@ impl Executable {
                             .map_err(|x| bad(format!("derived size {name} = {expr}: {x}")))?,
                     ),
                     Param::Error => ArgSource::Error,
+                    Param::Workspace { bytes } => ArgSource::Workspace(
+                        program
+                            .env
+                            .parse(bytes)
+                            .map_err(|x| bad(format!("workspace size {bytes}: {x}")))?,
+                    ),
+                    Param::Phase => ArgSource::Phase,
                 });
             }
             params.push(ps);
@@ -182,6 +192,8 @@ pub struct Session<'e, D: Device> {
     /// Buffer → its storage (memory-plan slot, or the storage root's own).
     home: Vec<usize>,
     error: D::Memory,
+    /// Scratch for split reductions' partial results, grown to the largest need.
+    work: Option<(D::Memory, usize)>,
     poison: bool,
     /// Input bytes copied because they were not in the graph's layout (or were host tensors).
     pub copied_input_bytes: usize,
@@ -233,6 +245,7 @@ impl<'e, D: Device> Session<'e, D> {
             storage: (0..slots + n).map(|_| Storage::Empty).collect(),
             home,
             error,
+            work: None,
             poison: options.poison,
             copied_input_bytes: 0,
             host_steps: 0,
@@ -451,6 +464,7 @@ impl<'e, D: Device> Session<'e, D> {
             .ok_or_else(|| bad(format!("grid of {grid} blocks exceeds 2^31 - 1")))?;
         let flag = dev_.address(&self.error);
         let mut args = Vec::with_capacity(exe.params[entry].len());
+        let mut phase_at = None;
         for a in &exe.params[entry] {
             args.push(match a {
                 ArgSource::Buffer(b) => self.address(*b, dev_),
@@ -463,10 +477,31 @@ impl<'e, D: Device> Session<'e, D> {
                         .map_err(|x| bad(format!("derived size: {x}")))? as u64
                 }
                 ArgSource::Error => flag,
+                ArgSource::Workspace(x) => {
+                    let bytes = env
+                        .evaluate(*x, &self.b)
+                        .map_err(|x| bad(format!("workspace: {x}")))?
+                        .max(16) as usize;
+                    if self.work.as_ref().is_none_or(|(_, have)| *have < bytes) {
+                        let m = dev(dev_.alloc(bytes, self.poison))?;
+                        self.work = Some((m, bytes));
+                    }
+                    self.work.as_ref().map_or(0, |(m, _)| dev_.address(m))
+                }
+                ArgSource::Phase => {
+                    phase_at = Some(args.len());
+                    0
+                }
             });
         }
-        dev(dev_.launch(entry, grid, v.config.threads as u32, &args))
-            .map_err(|x| bad(x.to_string()))
+        for phase in 0..e.phases.max(1) {
+            if let Some(i) = phase_at {
+                args[i] = phase as u64;
+            }
+            dev(dev_.launch(entry, grid, v.config.threads as u32, &args))
+                .map_err(|x| bad(x.to_string()))?;
+        }
+        Ok(())
     }
 
     fn library(&mut self, dev_: &mut D, id: BufferId) -> Result<(), LaunchError> {
@@ -585,6 +620,37 @@ impl<'e, D: Device> Session<'e, D> {
                 Err(RunError::Assert(message).into())
             }
         }
+    }
+
+    /// The graph's outputs of the last execution where they lie on the device (storage the
+    /// session owns, or an input's): `address` is the first element. Valid until the session is
+    /// dropped or executes again.
+    pub fn output_views(&self, dev_: &mut D) -> Result<Vec<DeviceTensor>, LaunchError> {
+        self.check(dev_)?;
+        let p = &self.exe.program;
+        let mut views = Vec::with_capacity(p.outputs.len());
+        for &o in &p.outputs {
+            let buf = &p.buffers[o.index()];
+            let sizes = self.sizes(buf)?;
+            let (off, strides) = self.offset_strides(buf)?;
+            let have = match &self.storage[self.home[o.index()]] {
+                Storage::Empty => 0,
+                Storage::Owned(_, b) | Storage::Borrowed(_, b) => *b,
+            };
+            let size = buf.dtype.size();
+            if self.extent(o)? * size > have {
+                return Err(fail(buf, "an output's layout exceeds its storage".into()));
+            }
+            let skip = (off.max(0) as usize * size).min(have);
+            views.push(DeviceTensor {
+                address: self.address(o, dev_) + skip as u64,
+                bytes: have - skip,
+                dtype: buf.dtype,
+                shape: sizes.iter().map(|&n| n.max(0) as usize).collect(),
+                strides,
+            });
+        }
+        Ok(views)
     }
 
     /// The graph's outputs of the last execution, copied to the host.

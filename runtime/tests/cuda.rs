@@ -1,0 +1,166 @@
+//! The GPU runtime on a real GPU: every example graph, backed and unbacked, at sizes from 0 to
+//! 65536 against the reference executor; a memory-bound graph past 2³¹ elements (64-bit
+//! indexing); clean errors for a size outside its range and an out-of-range gather index.
+//! Without a CUDA driver (CI) each test prints why it skipped and passes.
+//!
+//! `GUARDLESS_EXAMPLES` points at `examples/graphs` when the binary runs away from the checkout
+//! it was built in (`ci/gpu-check` on the GPU machine).
+
+#[path = "../../ir/tests/differential/mod.rs"]
+mod differential;
+
+use differential::assert_close;
+use guardless_ir::graph::{DType, Graph};
+use guardless_ir::lower::lower;
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_ir::tensor::HostTensor;
+use guardless_runtime::cuda::{self, CudaProgram};
+use guardless_runtime::launch::{Device, Inputs, Session, SessionOptions};
+
+fn gpu(test: &str) -> bool {
+    if !cuda::driver_present() {
+        println!("{test}: skipped: no CUDA driver (libcuda.so.1 is not on the library path)");
+        return false;
+    }
+    if !cuda::available() {
+        println!("{test}: skipped: a CUDA driver but no GPU");
+        return false;
+    }
+    true
+}
+
+fn examples_dir() -> std::path::PathBuf {
+    std::env::var_os("GUARDLESS_EXAMPLES")
+        .map(Into::into)
+        .unwrap_or_else(|| format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR")).into())
+}
+
+fn example(file: &str) -> Graph {
+    let path = examples_dir().join(file);
+    Graph::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn inputs_for(g: &Graph, b: &Bindings, seed: u64) -> Vec<HostTensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, inp)| {
+            let shape: Vec<usize> = inp
+                .shape
+                .iter()
+                .map(|&d| g.env.evaluate(d, b).unwrap() as usize)
+                .collect();
+            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (0, 4))
+        })
+        .collect()
+}
+
+const POISON: SessionOptions = SessionOptions { poison: true };
+
+#[test]
+fn every_example_matches_the_reference_at_every_size() {
+    if !gpu("every_example_matches_the_reference_at_every_size") {
+        return;
+    }
+    let mut files: Vec<String> = std::fs::read_dir(examples_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 18, "examples: {files:?}");
+    for file in files {
+        let g = example(&file);
+        let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+        let n_id = g.env.symbol_id("n").unwrap();
+        // The reference is slow on matmul-heavy graphs: those stop at 4097 tokens.
+        let heavy = file.starts_with("llama") || file.starts_with("moe");
+        for (seed, n) in [0, 1, 2, 17, 1000, 4097, 65536].into_iter().enumerate() {
+            if heavy && n > 4097 {
+                continue;
+            }
+            let mut b = Bindings::new();
+            b.set(n_id, n);
+            if g.env.check_bindings(&b).is_err() {
+                continue; // backed graphs start at 1
+            }
+            let inputs = inputs_for(&g, &b, seed as u64);
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let got = gpu
+                .run(&inputs, &b, &POISON)
+                .unwrap_or_else(|e| panic!("{file} at n = {n}: {e}"));
+            for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{file} output {i} at n = {n}"), gt, w);
+            }
+            println!("{file}: n = {n} matches");
+        }
+    }
+}
+
+const WIDE: &str = r#"{
+ "format": "guardless-graph", "version": 1, "name": "wide_add",
+ "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 40000, "optimization_hint": 64}],
+ "inputs": [{"name": "x", "dtype": "u8", "shape": [65536]}, {"name": "r", "dtype": "u8", "shape": ["n"]}],
+ "nodes": [
+  {"name": "r2", "op": "aten.unsqueeze.default", "args": {"self": {"tensor": "r"}, "dim": 1}},
+  {"name": "y", "op": "aten.add.Tensor", "args": {"self": {"tensor": "x"}, "other": {"tensor": "r2"}}}
+ ],
+ "outputs": [{"tensor": "y"}]
+}"#;
+
+#[test]
+fn more_than_two_gigaelements_index_in_64_bits() {
+    if !gpu("more_than_two_gigaelements_index_in_64_bits") {
+        return;
+    }
+    let g = Graph::from_json(WIDE).unwrap();
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let n: usize = 32800; // y [n, 65536]: 2 149 580 800 elements > 2³¹
+    let x: Vec<i64> = (0..65536).map(|j| (j % 7) as i64).collect();
+    let r: Vec<i64> = (0..n).map(|i| (i % 11) as i64).collect();
+    let inputs = [
+        HostTensor::from_i64(DType::U8, &[65536], &x),
+        HostTensor::from_i64(DType::U8, &[n], &r),
+    ];
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), n as i64);
+    let (exe, dev) = gpu.parts();
+    let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+    s.execute(dev).unwrap();
+    let y = &s.output_views(dev).unwrap()[0];
+    assert_eq!(y.shape, [n, 65536]);
+    // Rows on both sides of the 2³¹ boundary (row 32768), read back a row at a time.
+    let mut row = vec![0u8; 65536];
+    for i in [0, 1, 12345, 32767, 32768, 32799] {
+        dev.download(y.address + (i * 65536) as u64, &mut row)
+            .unwrap();
+        for (j, &v) in row.iter().enumerate() {
+            assert_eq!(v as usize, j % 7 + i % 11, "y[{i}, {j}]");
+        }
+    }
+}
+
+#[test]
+fn bad_sizes_and_indices_are_clean_errors_on_the_gpu() {
+    if !gpu("bad_sizes_and_indices_are_clean_errors_on_the_gpu") {
+        return;
+    }
+    let g = example("rotary_embedding.unbacked.json");
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let n_id = g.env.symbol_id("n").unwrap();
+    let mut b = Bindings::new();
+    b.set(n_id, 5);
+    let mut inputs = inputs_for(&g, &b, 3);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let mut p: Vec<i64> = (0..5).map(|i| inputs[1].get_f64(i) as i64).collect();
+    p[3] = 5000; // past the 2048-entry cache
+    inputs[1] = HostTensor::from_i64(DType::I64, &[5], &p);
+    let e = gpu.run(&inputs, &b, &POISON).unwrap_err();
+    assert!(e.to_string().contains("index"), "{e}");
+    let mut big = Bindings::new();
+    big.set(n_id, 70000);
+    let e = gpu.run(&[], &big, &POISON).unwrap_err();
+    assert!(e.to_string().contains("outside its range"), "{e}");
+}

@@ -1,0 +1,60 @@
+// {{ name }}: {{ nodes }}
+// split reduction: {{ rows_text }} rows × {{ len_text }}; each row's {{ lanes }} lanes ({{ lpt }} per thread) over {{ blocks }} blocks of {{ threads }} threads, vector {{ vector }}, {{ index }} indices
+// Launched {{ phases }} times (gl_phase 0, 1, …): launch p runs pass p over the block's lanes and writes each reduction's partial (a subtree of the lanes' balanced tree) to gl_work; later launches combine the {{ blocks }} partials in tree order, so every variant computes the same bits.
+extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+{{ symbols }}
+  const {{ idx }} gl_rows = {{ rows }};
+  const {{ idx }} gl_len = {{ len }};
+  const int gl_part = blockIdx.x % {{ blocks }};
+  const {{ idx }} gl_row = ({{ idx }})(blockIdx.x / {{ blocks }});
+  // Within the block (the partial tree); the block's lanes start at its share of the row's threads.
+  const int gl_tid = threadIdx.x;
+  const {{ idx }} gl_first = (({{ idx }})gl_part * {{ threads }} + threadIdx.x) * {{ lpt }};
+  const bool gl_active = gl_row < gl_rows;
+  __shared__ char gl_smem_raw[{{ smem_bytes }}];
+{{ decompose_row }}
+{% for pass in passes %}
+  // pass {{ loop.index0 }}
+{{ pass.init }}
+  if (gl_phase > {{ loop.index0 }}) {
+{{ pass.combine }}
+  } else {
+  for ({{ idx }} gl_c = gl_first; gl_c < gl_len; gl_c += {{ lanes }}) {
+{%- if pass.vectorized %}
+    // The thread's {{ lpt }} lanes are whole 16-byte words of the row (the variant's predicate).
+{{ pass.vector_decls }}
+    if (gl_active) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.vector_loads }}
+    }
+{{ pass.unroll }}
+    for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
+      const {{ idx }} gl_r = gl_c + gl_l;
+      if (gl_active) {
+{{ pass.decompose }}
+{{ pass.body }}
+      }
+    }
+    if (gl_active) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.vector_stores }}
+    }
+{%- else %}
+{{ pass.unroll }}
+    for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
+      const {{ idx }} gl_r = gl_c + gl_l;
+      if (gl_active && gl_r < gl_len) {
+{{ pass.decompose }}
+{{ pass.body }}
+      }
+    }
+{%- endif %}
+  }
+{{ pass.block_finish }}
+  return;
+  }
+{{ pass.after }}
+{% endfor %}
+}
