@@ -74,12 +74,11 @@ fn every_example_matches_the_reference_at_every_size() {
         let g = example(&file);
         let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
         let n_id = g.env.symbol_id("n").unwrap();
-        // The reference is slow on matmul-heavy graphs: those stop at 4097 tokens.
-        let heavy = file.starts_with("llama") || file.starts_with("moe");
+        // The reference executor is slow (seconds per million elements on big graphs): past a
+        // predicted few seconds a size runs on the GPU only, where poison still catches every
+        // element no kernel wrote (a NaN in a float output, -1 in an index).
+        let mut per_row = 0.0f64;
         for (seed, n) in [0, 1, 2, 17, 1000, 4097, 65536].into_iter().enumerate() {
-            if heavy && n > 4097 {
-                continue;
-            }
             let mut b = Bindings::new();
             b.set(n_id, n);
             if g.env.check_bindings(&b).is_err() {
@@ -87,14 +86,37 @@ fn every_example_matches_the_reference_at_every_size() {
             }
             let inputs = inputs_for(&g, &b, seed as u64);
             let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
-            let want = reference::run(&g, &inputs, &b).unwrap();
             let got = gpu
                 .run(&inputs, &b, &POISON)
                 .unwrap_or_else(|e| panic!("{file} at n = {n}: {e}"));
+            if per_row * n as f64 > 4.0 {
+                for (i, t) in got.iter().enumerate() {
+                    let bad = (0..t.numel()).find(|&j| {
+                        let v = t.get_f64(j);
+                        if t.dtype.is_float() {
+                            v.is_nan()
+                        } else {
+                            v < 0.0
+                        }
+                    });
+                    assert!(
+                        bad.is_none(),
+                        "{file} output {i} at n = {n}: element {bad:?} unwritten"
+                    );
+                }
+                println!(
+                    "{file}: n = {n} ran (reference skipped: ~{:.0} s)",
+                    per_row * n as f64
+                );
+                continue;
+            }
+            let start = std::time::Instant::now();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            per_row = start.elapsed().as_secs_f64() / n.max(1) as f64;
             for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("{file} output {i} at n = {n}"), gt, w);
             }
-            println!("{file}: n = {n} matches");
+            println!("{file}: n = {n} matches the reference");
         }
     }
 }

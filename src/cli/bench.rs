@@ -50,7 +50,7 @@ pub struct BenchArgs {
 }
 
 enum Backend {
-    Cpu(CpuProgram),
+    Cpu(Box<CpuProgram>),
     Cuda(Box<CudaProgram>),
 }
 
@@ -79,7 +79,9 @@ fn compile(text: &str, what: &str, device: &str) -> Result<Compiled, String> {
             CudaProgram::compile(program).map_err(|e| format!("{what}: {e}"))?,
         ))
     } else {
-        Backend::Cpu(CpuProgram::compile(program).map_err(|e| format!("{what}: {e}"))?)
+        Backend::Cpu(Box::new(
+            CpuProgram::compile(program).map_err(|e| format!("{what}: {e}"))?,
+        ))
     };
     Ok(Compiled {
         backend,

@@ -119,7 +119,9 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     type Shape = (IndexType, i64, i64, i64, i64, i64, i64);
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
-        let mut rendered: Vec<(Shape, (String, (Vec<Param>, usize)))> = Vec::new();
+        // Per launch shape: the function's text, parameters and launches per execution.
+        type Rendered = (String, (Vec<Param>, usize));
+        let mut rendered: Vec<(Shape, Rendered)> = Vec::new();
         let mut bodies: Vec<((IndexType, i64, bool, i64), Bodies)> = Vec::new();
         // Index arithmetic does not depend on the variant: hoisted and simplified once per kernel.
         let mut syms = KernelSymbols {

@@ -20,6 +20,11 @@ pub struct Stream {
     owned: bool,
 }
 
+// Driver handles may be used from any thread once the context is current there; every use
+// binds it first.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         if self.owned && self.ctx.bind_to_thread().is_ok() {
@@ -179,6 +184,10 @@ impl CudaDevice {
         out
     }
 }
+
+// As for `Stream`: modules, functions and the cuBLAS handle are driver handles, used with the
+// context bound; `&mut self` keeps one thread at a time.
+unsafe impl Send for CudaDevice {}
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
