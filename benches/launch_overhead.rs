@@ -38,6 +38,9 @@ impl Device for NullDevice {
     fn fill(&mut self, _dst: u64, _byte: u8, _len: usize) -> Result<(), String> {
         Ok(())
     }
+    fn copy(&mut self, _dst: u64, _src: u64, _len: usize) -> Result<(), String> {
+        Ok(())
+    }
     fn launch(
         &mut self,
         _entry: usize,

@@ -161,23 +161,26 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
 class CompiledFunction:
     """A compiled graph, called by AOT autograd with its flat arguments."""
 
-    def __init__(self, compiled, graph: dict, plan: list, name: str):
+    def __init__(self, compiled, graph: dict, plan: list, name: str, device: str = "cpu"):
         self.compiled = compiled
         self.graph = graph
         self.plan = plan
         self.name = name
+        self.device = device  # "cpu", or "cuda" (GPU 0)
 
     def __call__(self, *args):
         tensors, symbols, given = [], {}, []
         for a, p in zip(args, self.plan):
             if p[0] == "tensor":
-                if a.device.type != "cpu":
-                    raise GuardlessError(f"{self.name}: a tensor on {a.device}; this build runs CPU tensors only")
+                if a.device.type != self.device or (self.device == "cuda" and a.device.index not in (None, 0)):
+                    raise GuardlessError(f"{self.name}: a tensor on {a.device}; this graph was compiled for {self.device}")
                 span = a.untyped_storage().nbytes() - a.storage_offset() * a.element_size()
                 tensors.append((a.data_ptr(), span, _DTYPES[a.dtype], list(a.shape), list(a.stride())))
                 given.append(a)
             elif p[0] == "symbol":
                 symbols[p[1]] = int(a)
+        if self.device == "cuda":
+            return self._call_cuda(tensors, symbols)
         storages, outs, copied = self.compiled.run(tensors, symbols)
         _stats.calls += 1
         _stats.copied_input_bytes += copied
@@ -193,6 +196,25 @@ class CompiledFunction:
                     src = src.view(dt)
                 results.append(torch.as_strided(src, shape, strides, src.storage_offset() + offset))
         return results
+
+
+    def _call_cuda(self, tensors, symbols):
+        """On torch's current stream: inputs read in place, each output's storage copied once into
+        a buffer torch allocates."""
+        device = torch.device("cuda", 0)
+        buffers = []
+
+        def alloc(spans):
+            # At least 16 bytes, so that an empty output still views as any dtype.
+            buffers.extend(torch.empty(max(n, 16), dtype=torch.uint8, device=device) for n in spans)
+            return [b.data_ptr() for b in buffers]
+
+        stream = torch.cuda.current_stream(device).cuda_stream
+        outs, copied = self.compiled.run(tensors, symbols, stream, alloc)
+        _stats.calls += 1
+        _stats.copied_input_bytes += copied
+        return [torch.as_strided(b.view(_TORCH_DTYPES[dtype]), shape, strides, offset)
+                for b, (dtype, shape, strides, offset) in zip(buffers, outs)]
 
 
 def _fallback(name: str, reason: str) -> None:
@@ -212,9 +234,14 @@ def make_backend(fallback: bool = True):
             raise GuardlessError(
                 f"{name}: guardless compiles inference only, and this graph requires gradients; "
                 "call the model under torch.no_grad() or torch.inference_mode()")
-        devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-        if devices - {"cpu"}:
-            reason = f"tensors on {sorted(devices - {'cpu'})}: this build runs CPU tensors only"
+        devices = {x.device for x in example_inputs if isinstance(x, torch.Tensor)}
+        kinds = {d.type for d in devices}
+        device = "cpu"
+        if kinds == {"cuda"} and all(d.index in (None, 0) for d in devices) and _native().cuda_available():
+            device = "cuda"
+        elif kinds - {"cpu"}:
+            reason = (f"tensors on {sorted(str(d) for d in devices)}: guardless runs CPU tensors, "
+                      "or tensors all on cuda:0 where a CUDA driver is present")
             if not fallback:
                 raise GuardlessError(f"{name}: {reason}")
             _fallback(name, reason)
@@ -223,7 +250,8 @@ def make_backend(fallback: bool = True):
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
                 graph, plan = from_fx(aten, name)
-                compiled = _native().compile(json.dumps(graph))
+                text = json.dumps(graph)
+                compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
             except (ExportError, GuardlessError) as e:
                 if not fallback:
                     raise
@@ -231,7 +259,7 @@ def make_backend(fallback: bool = True):
                 return aten
             _stats.graphs += 1
             _stats.compile_seconds += compiled.compile_seconds
-            fn = CompiledFunction(compiled, graph, plan, name)
+            fn = CompiledFunction(compiled, graph, plan, name, device)
             backend.compiled.append(fn)
             return fn
 

@@ -74,6 +74,10 @@ impl Device for Emu {
         unsafe { std::ptr::write_bytes(dst as *mut u8, byte, len) };
         Ok(())
     }
+    fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String> {
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    }
     fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String> {
         let mut values = args.to_vec();
         let mut pointers: Vec<*mut c_void> = values

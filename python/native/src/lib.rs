@@ -1,7 +1,9 @@
 //! `guardless._native`: the Rust library inside the Python process. `compile` lowers, schedules
 //! and JIT-compiles a graph once; `CompiledGraph.run` runs it on tensors given by data pointer
 //! (read in place) and hands each output's storage to Python as a NumPy array that owns it, so
-//! neither inputs nor outputs are copied. `guardless.backend` (python/guardless/dynamo.py) wraps
+//! neither inputs nor outputs are copied. `compile_cuda` does the same for GPU 0 (`CompiledGpuGraph`:
+//! torch CUDA tensors read in place, outputs copied once on torch's stream into buffers torch
+//! allocates). `guardless.backend` (python/guardless/dynamo.py) wraps
 //! this for `torch.compile`.
 
 use std::time::Instant;
@@ -10,6 +12,8 @@ use guardless_ir::graph::{DType, Graph};
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
 use guardless_runtime::cpu::{CpuProgram, OutputStorage, RawTensor, RunOptions};
+use guardless_runtime::cuda::CudaProgram;
+use guardless_runtime::launch::{Device, DeviceTensor, Inputs, Session, SessionOptions};
 use numpy::PyArray1;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -108,18 +112,7 @@ impl CompiledGraph {
         inputs: Vec<PyRawInput>,
         symbols: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<RunResult<'py>> {
-        let env = &self.graph.env;
-        let mut given = Bindings::default();
-        if let Some(d) = symbols {
-            for (k, v) in d.iter() {
-                let name: String = k.extract()?;
-                let value: i64 = v.extract()?;
-                let id = env
-                    .symbol_id(&name)
-                    .ok_or_else(|| error(format!("symbol '{name}' is not in the graph")))?;
-                given.set(id, value);
-            }
-        }
+        let given = bindings_of(&self.graph, symbols)?;
         let mut raw = Vec::with_capacity(inputs.len());
         for (k, (ptr, bytes, dtype, shape, strides)) in inputs.into_iter().enumerate() {
             let dtype = DType::from_name(&dtype)
@@ -172,6 +165,170 @@ impl CompiledGraph {
     }
 }
 
+/// Whether a CUDA driver and a GPU are present.
+#[pyfunction]
+fn cuda_available() -> bool {
+    guardless_runtime::cuda::available()
+}
+
+/// A graph compiled for GPU 0 (the GPU runtime; torch's tensors on `cuda:0`).
+#[pyclass(frozen, module = "guardless._native")]
+struct CompiledGpuGraph {
+    graph: Graph,
+    gpu: std::sync::Mutex<CudaProgram>,
+    kernels: usize,
+    arch: String,
+    compile_seconds: f64,
+}
+
+/// Compiles a graph for GPU 0 (NVRTC through the disk cache).
+#[pyfunction]
+fn compile_cuda(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGpuGraph> {
+    let text = graph_json.to_owned();
+    py.detach(move || {
+        let start = Instant::now();
+        let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
+        let program = guardless_ir::lower::lower(&graph).map_err(|e| e.to_string())?;
+        let gpu = CudaProgram::compile(program).map_err(|e| e.to_string())?;
+        Ok(CompiledGpuGraph {
+            graph,
+            kernels: gpu.exe.schedule.kernels.len(),
+            arch: gpu.arch.clone(),
+            gpu: std::sync::Mutex::new(gpu),
+            compile_seconds: start.elapsed().as_secs_f64(),
+        })
+    })
+    .map_err(|e: String| error(e))
+}
+
+/// One output of a GPU call: dtype, shape, strides, offset (elements) into its buffer.
+type PyGpuOutput = (String, Vec<usize>, Vec<i64>, i64);
+
+#[pymethods]
+impl CompiledGpuGraph {
+    #[getter]
+    fn backend(&self) -> &'static str {
+        "cuda"
+    }
+
+    #[getter]
+    fn arch(&self) -> String {
+        self.arch.clone()
+    }
+
+    #[getter]
+    fn kernels(&self) -> usize {
+        self.kernels
+    }
+
+    #[getter]
+    fn compile_seconds(&self) -> f64 {
+        self.compile_seconds
+    }
+
+    /// Runs the graph on tensors on GPU 0, queued on `stream` (a `CUstream` handle: torch's
+    /// current stream). Inputs are read in place where their layout is the graph's. `alloc` is
+    /// called with one byte count per output and returns the device addresses of fresh buffers of
+    /// those sizes (torch allocates them); each output's storage is copied there on the stream.
+    /// Returns one [`PyGpuOutput`] per output (a view of buffer i) and the input bytes copied.
+    ///
+    /// The caller keeps the inputs alive and unwritten until the stream has run the call.
+    #[pyo3(signature = (inputs, symbols, stream, alloc))]
+    fn run(
+        &self,
+        inputs: Vec<PyRawInput>,
+        symbols: Option<&Bound<'_, PyDict>>,
+        stream: usize,
+        alloc: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<PyGpuOutput>, usize)> {
+        let given = bindings_of(&self.graph, symbols)?;
+        let mut tensors = Vec::with_capacity(inputs.len());
+        for (k, (ptr, bytes, dtype, shape, strides)) in inputs.into_iter().enumerate() {
+            let dtype = DType::from_name(&dtype)
+                .ok_or_else(|| error(format!("input {k}: unknown dtype '{dtype}'")))?;
+            tensors.push(DeviceTensor {
+                address: ptr as u64,
+                bytes,
+                dtype,
+                shape,
+                strides,
+            });
+        }
+        let shapes: Vec<(DType, &[usize])> =
+            tensors.iter().map(|t| (t.dtype, &t.shape[..])).collect();
+        let name = &self.graph.name;
+        let fail = |e: String| error(format!("{name}: {e}"));
+        let bindings = reference::bind_shapes(&self.graph, &shapes, &given)
+            .map_err(|e| fail(e.to_string()))?;
+        let mut gpu = self
+            .gpu
+            .lock()
+            .map_err(|_| fail("a previous call panicked".into()))?;
+        let (exe, dev) = gpu.parts();
+        // Safety: torch's stream of the same (primary) context, alive for the call.
+        unsafe { dev.use_stream(stream as _) };
+        let options = SessionOptions::default();
+        let mut s = Session::new(dev, exe, Inputs::Device(&tensors), &bindings, &options)
+            .map_err(|e| fail(e.to_string()))?;
+        s.execute(dev).map_err(|e| fail(e.to_string()))?;
+        let views = s.output_views(dev).map_err(|e| fail(e.to_string()))?;
+        // Each output's storage from its first element to the last its strides reach.
+        let spans: Vec<usize> = views
+            .iter()
+            .map(|v| {
+                if v.shape.contains(&0) {
+                    return 0;
+                }
+                let last: i64 = v
+                    .shape
+                    .iter()
+                    .zip(&v.strides)
+                    .map(|(&n, &st)| (n as i64 - 1) * st)
+                    .sum();
+                (last as usize + 1) * v.dtype.size()
+            })
+            .collect();
+        let buffers: Vec<usize> = alloc.call1((spans.clone(),))?.extract()?;
+        if buffers.len() != views.len() {
+            return Err(fail(format!(
+                "alloc returned {} buffers for {} outputs",
+                buffers.len(),
+                views.len()
+            )));
+        }
+        for ((v, &n), &to) in views.iter().zip(&spans).zip(&buffers) {
+            if n > 0 {
+                dev.copy(to as u64, v.address, n).map_err(fail)?;
+            }
+        }
+        let copied = s.copied_input_bytes;
+        // The session's memory is freed in stream order, after the copies.
+        drop(s);
+        let outputs = views
+            .into_iter()
+            .map(|v| (v.dtype.to_string(), v.shape, v.strides, 0))
+            .collect();
+        Ok((outputs, copied))
+    }
+}
+
+/// Symbol values given by name.
+fn bindings_of(graph: &Graph, symbols: Option<&Bound<'_, PyDict>>) -> PyResult<Bindings> {
+    let mut given = Bindings::default();
+    if let Some(d) = symbols {
+        for (k, v) in d.iter() {
+            let name: String = k.extract()?;
+            let value: i64 = v.extract()?;
+            let id = graph
+                .env
+                .symbol_id(&name)
+                .ok_or_else(|| error(format!("symbol '{name}' is not in the graph")))?;
+            given.set(id, value);
+        }
+    }
+    Ok(given)
+}
+
 /// The words as a uint8 array that owns them (no copy): NumPy frees the vector with the array.
 fn bytes_of(py: Python<'_>, words: Vec<u64>) -> PyResult<Bound<'_, PyArray1<u8>>> {
     let array = PyArray1::from_vec(py, words);
@@ -185,6 +342,9 @@ fn bytes_of(py: Python<'_>, words: Vec<u64>) -> PyResult<Bound<'_, PyArray1<u8>>
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_class::<CompiledGraph>()?;
+    m.add_function(wrap_pyfunction!(compile_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
+    m.add_class::<CompiledGpuGraph>()?;
     m.add("GuardlessError", m.py().get_type::<GuardlessError>())?;
     Ok(())
 }

@@ -264,6 +264,11 @@ impl Device for CudaDevice {
             .map_err(|e| err("filling device memory", e))
     }
 
+    fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String> {
+        unsafe { result::memcpy_dtod_async(dst, src, len, self.stream.raw) }
+            .map_err(|e| err("copying on the device", e))
+    }
+
     fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String> {
         let f = self
             .functions

@@ -33,6 +33,8 @@ pub trait Device {
     /// Waits for the work before it, then copies.
     fn download(&mut self, src: u64, out: &mut [u8]) -> Result<(), String>;
     fn fill(&mut self, dst: u64, byte: u8, len: usize) -> Result<(), String>;
+    /// `len` bytes from `src` to `dst`, both on the device, in order with the other work.
+    fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String>;
     /// Launches entry `entry` of the module (one-dimensional grid and block).
     fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String>;
     /// `c = a · b` for each batch (row-major views; see [`Gemm`]).
