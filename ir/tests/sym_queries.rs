@@ -376,3 +376,23 @@ fn a_difference_of_saturated_bounds_is_not_a_point() {
     let r = env.bound(e);
     assert!(r.contains(-1) && r.contains(0), "{r}");
 }
+
+#[test]
+fn a_guard_that_does_not_hold_fails_the_check_naming_it() {
+    let mut env = env();
+    // s1's hint (100) decides s1 == 37 as false and records the guard s1 != 37.
+    let c = e(&mut env, "Eq(s1, 37)");
+    assert!(!env.guard_or_false(c));
+    assert_eq!(env.guards().len(), 1);
+    let mut b = Bindings::new();
+    b.set(env.symbol_id("s0").unwrap(), 8)
+        .set(env.symbol_id("s1").unwrap(), 99);
+    assert_eq!(env.check_bindings(&b), Ok(()));
+    b.set(env.symbol_id("s1").unwrap(), 37);
+    let err = env.check_bindings(&b).unwrap_err();
+    assert!(
+        matches!(&err, SymError::GuardFailed { guard } if guard.contains("s1") && guard.contains("37")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("compile again"), "{err}");
+}

@@ -35,6 +35,9 @@ pub enum SymError {
     DataDependent { expr: String, symbols: Vec<String> },
     #[error("runtime assert '{assert}' failed")]
     AssertFailed { assert: String },
+    /// A backed size's specialization does not hold for these values: compile again for them.
+    #[error("guard '{guard}' does not hold: this compile specialized on the backed sizes' hints; compile again for these sizes")]
+    GuardFailed { guard: String },
     #[error("symbol {name} = {value} is outside its range {range}")]
     ValueOutOfRange {
         name: String,

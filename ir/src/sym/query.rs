@@ -279,8 +279,8 @@ impl ShapeEnv {
         })
     }
 
-    /// Checks run-time values against every declared range and deferred assert; the error names the
-    /// symbol or the assert. An assert over a symbol without a value yet (one a data-dependent op
+    /// Checks run-time values against every declared range, deferred assert and recorded guard; the
+    /// error names the symbol, the assert or the guard. An assert over a symbol without a value yet (one a data-dependent op
     /// produces later) is skipped: it is checked once that value exists.
     pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
         for (i, st) in self.syms.iter().enumerate() {
@@ -304,6 +304,14 @@ impl ShapeEnv {
                 }
                 Err(SymError::Eval(super::eval::EvalError::Unbound { .. })) | Ok(_) => {}
                 Err(e) => return Err(e),
+            }
+        }
+        // Guards involve backed symbols only, which the inputs' shapes bind.
+        for g in self.guards() {
+            if let Ok(0) = self.evaluate(g.cond, bindings) {
+                return Err(SymError::GuardFailed {
+                    guard: self.text(g.cond),
+                });
             }
         }
         Ok(())
