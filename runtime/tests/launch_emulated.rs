@@ -375,3 +375,43 @@ fn split_reductions_combine_their_partials_in_a_last_launch() {
         );
     }
 }
+
+#[test]
+fn output_views_are_where_the_outputs_lie_on_the_device() {
+    let g = example("fused_add_rms_norm.unbacked");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("fused_add_rms_norm_views", &exe);
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), 6);
+    let inputs = inputs_for(&g, &b, 5);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let mut s = Session::new(
+        &mut dev,
+        &exe,
+        Inputs::Host(&inputs),
+        &b,
+        &SessionOptions { poison: true },
+    )
+    .unwrap();
+    s.execute(&mut dev).unwrap();
+    let copied = s.outputs(&mut dev).unwrap();
+    let views = s.output_views(&mut dev).unwrap();
+    assert_eq!(views.len(), copied.len());
+    for (v, t) in views.iter().zip(&copied) {
+        assert_eq!((v.dtype, &v.shape), (t.dtype, &t.shape));
+        // Read back through the view's own strides: the same elements.
+        let mut bytes = vec![0u8; v.bytes];
+        dev.download(v.address, &mut bytes).unwrap();
+        let mut idx = vec![0i64; v.shape.len()];
+        let sizes: Vec<i64> = v.shape.iter().map(|&n| n as i64).collect();
+        for e in 0..t.numel() {
+            let at: i64 = idx.iter().zip(&v.strides).map(|(&i, &s)| i * s).sum();
+            let got = match elements::read(&bytes, v.dtype, at as usize) {
+                Either::F(x) => x,
+                Either::I(x) => x as f64,
+            };
+            assert_eq!(got.to_bits(), t.get_f64(e).to_bits(), "element {e}");
+            elements::next_index(&mut idx, &sizes);
+        }
+    }
+}
