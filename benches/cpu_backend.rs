@@ -4,13 +4,14 @@
 //! loop-IR interpreter on a slice of the rows; plus the JIT compile of the llama decoder layer.
 //! `cargo bench --features llvm --bench cpu_backend`.
 
+#[path = "common/inputs.rs"]
+mod inputs;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use guardless::ir::graph::Graph;
 use guardless::ir::lower::lower;
-use guardless::ir::reference;
-use guardless::ir::sym::Bindings;
-use guardless::ir::tensor::HostTensor;
 use guardless::runtime::cpu::{CpuProgram, RunOptions};
+use inputs::inputs_at;
 
 fn example(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -39,26 +40,6 @@ fn graphs() -> Vec<(&'static str, Graph, i64, usize)> {
             32000,
         ),
     ]
-}
-
-fn inputs_at(g: &Graph, n: i64) -> (Vec<HostTensor>, Bindings) {
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), n);
-    let inputs: Vec<HostTensor> = g
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(k, i)| {
-            let shape: Vec<usize> = i
-                .shape
-                .iter()
-                .map(|&d| g.env.evaluate(d, &b).unwrap() as usize)
-                .collect();
-            HostTensor::random(i.dtype, &shape, k as u64, (0, 4))
-        })
-        .collect();
-    let b = reference::bind_inputs(g, &inputs, &b).unwrap();
-    (inputs, b)
 }
 
 /// Copies `bytes` bytes with `threads` threads, each its own contiguous part.

@@ -4,13 +4,14 @@
 //! matmul it hands the device. The driver's own `cuLaunchKernel` cost comes on top, on the GPU.
 //! `cargo bench --bench launch_overhead`.
 
+#[path = "common/inputs.rs"]
+mod inputs;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use guardless::ir::graph::Graph;
 use guardless::ir::lower::lower;
-use guardless::ir::reference;
-use guardless::ir::sym::Bindings;
-use guardless::ir::tensor::HostTensor;
 use guardless::runtime::launch::{Device, Executable, Gemm, Inputs, Session, SessionOptions};
+use inputs::inputs_at;
 
 /// Hands out distinct 256-byte-aligned addresses and counts what it is asked to do.
 #[derive(Default)]
@@ -72,22 +73,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
         let g = Graph::from_json(&text).unwrap();
         let exe = Executable::new(lower(&g).unwrap()).unwrap();
-        let mut b = Bindings::new();
-        b.set(g.env.symbol_id("n").unwrap(), n);
-        let inputs: Vec<HostTensor> = g
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, inp)| {
-                let shape: Vec<usize> = inp
-                    .shape
-                    .iter()
-                    .map(|&d| g.env.evaluate(d, &b).unwrap() as usize)
-                    .collect();
-                HostTensor::random(inp.dtype, &shape, k as u64, (0, 4))
-            })
-            .collect();
-        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let (inputs, b) = inputs_at(&g, n);
         let mut dev = NullDevice::default();
         let mut s = Session::new(
             &mut dev,

@@ -1,12 +1,25 @@
 // {{ name }}: {{ nodes }}
+{%- if blocks %}
+// split reduction: {{ rows_text }} rows × {{ len_text }}; each row's {{ lanes }} lanes ({{ lpt }} per thread) over {{ blocks }} blocks of {{ threads }} threads, vector {{ vector }}, {{ index }} indices
+// Launched {{ phases }} times (gl_phase 0, 1, …): launch p runs pass p over the block's lanes and writes each reduction's partial (a subtree of the lanes' balanced tree) to gl_work; later launches combine the {{ blocks }} partials in tree order, so every variant computes the same bits.
+{%- else %}
 // {{ strategy }} reduction: {{ rows_text }} rows × {{ len_text }}; {{ threads }} threads, {{ tpr }} per row, {{ lanes }} lanes ({{ lpt }} per thread), vector {{ vector }}, {{ index }} indices
 // Reduction order: lane l accumulates elements l, l + {{ lanes }}, …; lanes combine in a balanced tree.
+{%- endif %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const {{ idx }} gl_rows = {{ rows }};
   const {{ idx }} gl_len = {{ len }};
+{%- if blocks %}
+  const int gl_part = blockIdx.x % {{ blocks }};
+  const {{ idx }} gl_row = ({{ idx }})(blockIdx.x / {{ blocks }});
+  // Within the block (the partial tree); the block's lanes start at its share of the row's threads.
+  const int gl_tid = threadIdx.x;
+  const {{ idx }} gl_first = (({{ idx }})gl_part * {{ threads }} + threadIdx.x) * {{ lpt }};
+{%- else %}
   const int gl_tid = threadIdx.x % {{ tpr }};
   const {{ idx }} gl_row = ({{ idx }})blockIdx.x * {{ rows_per_block }} + threadIdx.x / {{ tpr }};
+{%- endif %}
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[{{ smem_bytes }}];
 {{ decompose_row }}
@@ -14,7 +27,12 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {% for pass in passes %}
   // pass {{ loop.index0 }}
 {{ pass.init }}
-{%- if pass.persistent %}
+{%- if blocks %}
+  if (gl_phase > {{ loop.index0 }}) {
+{{ pass.combine }}
+  } else {
+  for ({{ idx }} gl_c = gl_first; gl_c < gl_len; gl_c += {{ lanes }}) {
+{%- elif pass.persistent %}
   // Persistent: at most {{ pass.steps }} steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < {{ pass.steps }}; ++gl_j) {
@@ -55,6 +73,13 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     }
 {%- endif %}
   }
+{%- if blocks %}
+{{ pass.block_finish }}
+  return;
+  }
+{{ pass.after }}
+{%- else %}
 {{ pass.finish }}
+{%- endif %}
 {% endfor %}
 }

@@ -1,22 +1,8 @@
 //! `guardless bench GRAPH --sizes … [--compare-backed] [--json]`, as a user runs it.
 
-use std::process::Command;
+mod common;
 
-fn guardless(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
-
-fn example(name: &str) -> String {
-    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::{example, guardless};
 
 #[test]
 fn one_compile_timed_at_every_size_against_specialized_compiles() {

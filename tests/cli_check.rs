@@ -1,22 +1,8 @@
 //! `guardless check GRAPH`, run as a user would.
 
-use std::process::Command;
+mod common;
 
-fn guardless(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
-
-fn example(name: &str) -> String {
-    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::{example, guardless};
 
 #[test]
 fn check_prints_symbols_inputs_ops_and_outputs() {

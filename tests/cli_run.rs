@@ -1,28 +1,14 @@
 //! `guardless run GRAPH --device cpu|auto|reference`, as a user runs it.
 
-use std::process::Command;
+mod common;
+
+use common::{example, guardless};
 
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use guardless_ir::tensor_io;
-
-fn guardless(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
-
-fn example(name: &str) -> String {
-    format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
 
 #[test]
 fn run_on_files_matches_the_reference_and_saves_outputs() {

@@ -1,19 +1,9 @@
 //! The `guardless sym` command line, run as a user would: the built binary, its stdout, stderr and
 //! exit status.
 
-use std::process::Command;
+mod common;
 
-fn guardless(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+use common::guardless;
 
 fn ok(args: &[&str]) -> String {
     let (success, stdout, stderr) = guardless(args);

@@ -9,7 +9,7 @@
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
 
-use differential::assert_close;
+use differential::{assert_close, random_inputs};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -41,21 +41,6 @@ fn example(file: &str) -> Graph {
     Graph::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-fn inputs_for(g: &Graph, b: &Bindings, seed: u64) -> Vec<HostTensor> {
-    g.inputs
-        .iter()
-        .enumerate()
-        .map(|(k, inp)| {
-            let shape: Vec<usize> = inp
-                .shape
-                .iter()
-                .map(|&d| g.env.evaluate(d, b).unwrap() as usize)
-                .collect();
-            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (0, 4))
-        })
-        .collect()
-}
-
 const POISON: SessionOptions = SessionOptions { poison: true };
 
 #[test]
@@ -84,7 +69,7 @@ fn every_example_matches_the_reference_at_every_size() {
             if g.env.check_bindings(&b).is_err() {
                 continue; // backed graphs start at 1
             }
-            let inputs = inputs_for(&g, &b, seed as u64);
+            let inputs = random_inputs(&g, &b, seed as u64, (0, 4));
             let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
             let got = gpu
                 .run(&inputs, &b, &POISON)
@@ -174,7 +159,7 @@ fn bad_sizes_and_indices_are_clean_errors_on_the_gpu() {
     let n_id = g.env.symbol_id("n").unwrap();
     let mut b = Bindings::new();
     b.set(n_id, 5);
-    let mut inputs = inputs_for(&g, &b, 3);
+    let mut inputs = random_inputs(&g, &b, 3, (0, 4));
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let mut p: Vec<i64> = (0..5).map(|i| inputs[1].get_f64(i) as i64).collect();
     p[3] = 5000; // past the 2048-entry cache

@@ -11,7 +11,7 @@ mod emu;
 
 use std::ffi::c_void;
 
-use differential::assert_close;
+use differential::{assert_close, random_inputs};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -128,21 +128,6 @@ fn example(name: &str) -> Graph {
     Graph::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn inputs_for(g: &Graph, b: &Bindings, seed: u64) -> Vec<HostTensor> {
-    g.inputs
-        .iter()
-        .enumerate()
-        .map(|(k, inp)| {
-            let shape: Vec<usize> = inp
-                .shape
-                .iter()
-                .map(|&d| g.env.evaluate(d, b).unwrap() as usize)
-                .collect();
-            HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (0, 4))
-        })
-        .collect()
-}
-
 fn run(
     dev: &mut Emu,
     exe: &Executable,
@@ -175,7 +160,7 @@ fn examples_match_the_reference_through_the_launcher() {
             }
             let mut b = Bindings::new();
             b.set(g.env.symbol_id("n").unwrap(), n);
-            let inputs = inputs_for(&g, &b, seed);
+            let inputs = random_inputs(&g, &b, seed, (0, 4));
             let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
             let want = reference::run(&g, &inputs, &b).unwrap();
             let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
@@ -223,7 +208,7 @@ fn matmuls_run_on_the_device_in_every_layout_the_lowering_makes() {
     for (seed, n) in [(1, 0), (2, 1), (3, 13)] {
         let mut b = Bindings::new();
         b.set(g.env.symbol_id("n").unwrap(), n);
-        let inputs = inputs_for(&g, &b, seed);
+        let inputs = random_inputs(&g, &b, seed, (0, 4));
         let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
         let want = reference::run(&g, &inputs, &b).unwrap();
         let before = dev.gemms;
@@ -247,7 +232,7 @@ fn device_inputs_are_read_in_place_when_their_layout_is_the_graphs() {
     let mut dev = Emu::new("rms_norm_device_inputs", &exe);
     let mut b = Bindings::new();
     b.set(g.env.symbol_id("n").unwrap(), 9);
-    let inputs = inputs_for(&g, &b, 7);
+    let inputs = random_inputs(&g, &b, 7, (0, 4));
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let want = reference::run(&g, &inputs, &b).unwrap();
     // Each input on the "device", row-major; the first also transposed in storage.
@@ -313,7 +298,7 @@ fn bad_calls_are_clean_errors() {
     let mut dev = Emu::new("rotary_errors", &exe);
     let mut b = Bindings::new();
     b.set(g.env.symbol_id("n").unwrap(), 5);
-    let mut inputs = inputs_for(&g, &b, 3);
+    let mut inputs = random_inputs(&g, &b, 3, (0, 4));
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     // A position past the cache: the gather's bounds check raises it from the kernel.
     let positions = &mut inputs[1];
@@ -360,7 +345,7 @@ fn split_reductions_combine_their_partials_in_a_last_launch() {
         b.set(g.env.symbol_id("n").unwrap(), n);
         // Positive terms: 40000 random signed ones cancel to a sum whose f32 rounding error is
         // past any fixed tolerance.
-        let x = &inputs_for(&g, &b, seed)[0];
+        let x = &random_inputs(&g, &b, seed, (0, 4))[0];
         let values: Vec<f64> = (0..x.numel()).map(|i| x.get_f64(i).abs()).collect();
         let inputs = vec![HostTensor::from_f64(DType::F32, &x.shape, &values)];
         let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
@@ -383,7 +368,7 @@ fn output_views_are_where_the_outputs_lie_on_the_device() {
     let mut dev = Emu::new("fused_add_rms_norm_views", &exe);
     let mut b = Bindings::new();
     b.set(g.env.symbol_id("n").unwrap(), 6);
-    let inputs = inputs_for(&g, &b, 5);
+    let inputs = random_inputs(&g, &b, 5, (0, 4));
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let mut s = Session::new(
         &mut dev,

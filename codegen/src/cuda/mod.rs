@@ -25,7 +25,6 @@ const ENTRY: &str = "GL_ENTRY_NAME";
 const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
-const SPLIT: &str = include_str!("../../../templates/split.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -91,7 +90,6 @@ fn engine() -> Tera {
         ("common.cuh", COMMON),
         ("pointwise.cu", POINTWISE),
         ("reduction.cu", REDUCTION),
-        ("split.cu", SPLIT),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -1031,14 +1029,10 @@ fn render_variant(
         ctx.insert("decompose_row", &row_decompose);
         ctx.insert("passes", &pass_ctx);
         ctx.insert("persistent_decls", &b.persistent_decls);
-        let blocks = split_blocks(c);
-        if blocks > 0 {
-            ctx.insert("blocks", &blocks);
-            ctx.insert("phases", &b.phases);
-            tera.render("split.cu", &ctx)
-        } else {
-            tera.render("reduction.cu", &ctx)
-        }
+        // A split variant (blocks > 0) launches per pass; see the template.
+        ctx.insert("blocks", &split_blocks(c));
+        ctx.insert("phases", &b.phases);
+        tera.render("reduction.cu", &ctx)
     } else {
         ctx.insert("numel_text", &p.env.text(k.rows));
         ctx.insert("numel", &rows_c);

@@ -39,14 +39,20 @@ struct CompiledGraph {
     compile_seconds: f64,
 }
 
+/// The graph of the JSON text (docs/graph-format.md) and its loop-level program.
+fn parse_and_lower(text: &str) -> Result<(Graph, guardless_ir::loop_ir::Program), String> {
+    let graph = Graph::from_json(text).map_err(|e| e.to_string())?;
+    let program = guardless_ir::lower::lower(&graph).map_err(|e| e.to_string())?;
+    Ok((graph, program))
+}
+
 /// Compiles a graph (the JSON text of docs/graph-format.md) for the CPU backend.
 #[pyfunction]
 fn compile(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGraph> {
     let text = graph_json.to_owned();
     py.detach(move || {
         let start = Instant::now();
-        let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
-        let program = guardless_ir::lower::lower(&graph).map_err(|e| e.to_string())?;
+        let (graph, program) = parse_and_lower(&text)?;
         let cpu = CpuProgram::compile(program).map_err(|e| e.to_string())?;
         Ok(CompiledGraph {
             graph,
@@ -187,8 +193,7 @@ fn compile_cuda(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGpuGraph> 
     let text = graph_json.to_owned();
     py.detach(move || {
         let start = Instant::now();
-        let graph = Graph::from_json(&text).map_err(|e| e.to_string())?;
-        let program = guardless_ir::lower::lower(&graph).map_err(|e| e.to_string())?;
+        let (graph, program) = parse_and_lower(&text)?;
         let gpu = CudaProgram::compile(program).map_err(|e| e.to_string())?;
         Ok(CompiledGpuGraph {
             graph,

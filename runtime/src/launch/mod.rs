@@ -302,6 +302,14 @@ impl<'e, D: Device> Session<'e, D> {
         Ok((off + last + 1) as usize)
     }
 
+    /// The bytes of `id`'s storage (0 before it is allocated).
+    fn storage_bytes(&self, id: BufferId) -> usize {
+        match &self.storage[self.home[id.index()]] {
+            Storage::Empty => 0,
+            Storage::Owned(_, b) | Storage::Borrowed(_, b) => *b,
+        }
+    }
+
     fn address(&self, id: BufferId, dev_: &D) -> u64 {
         match &self.storage[self.home[id.index()]] {
             Storage::Empty => 0,
@@ -635,10 +643,7 @@ impl<'e, D: Device> Session<'e, D> {
             let buf = &p.buffers[o.index()];
             let sizes = self.sizes(buf)?;
             let (off, strides) = self.offset_strides(buf)?;
-            let have = match &self.storage[self.home[o.index()]] {
-                Storage::Empty => 0,
-                Storage::Owned(_, b) | Storage::Borrowed(_, b) => *b,
-            };
+            let have = self.storage_bytes(o);
             let size = buf.dtype.size();
             if self.extent(o)? * size > have {
                 return Err(fail(buf, "an output's layout exceeds its storage".into()));
@@ -657,28 +662,10 @@ impl<'e, D: Device> Session<'e, D> {
 
     /// The graph's outputs of the last execution, copied to the host.
     pub fn outputs(&self, dev_: &mut D) -> Result<Vec<HostTensor>, LaunchError> {
-        self.check(dev_)?;
-        let p = &self.exe.program;
-        let mut outs = Vec::with_capacity(p.outputs.len());
-        for &o in &p.outputs {
-            let buf = &p.buffers[o.index()];
-            let sizes = self.sizes(buf)?;
-            let (off, strides) = self.offset_strides(buf)?;
-            let n = self.extent(o)?;
-            let mut bytes = vec![0u8; n * buf.dtype.size()];
-            let have = match &self.storage[self.home[o.index()]] {
-                Storage::Empty => 0,
-                Storage::Owned(_, b) | Storage::Borrowed(_, b) => *b,
-            };
-            if bytes.len() > have {
-                return Err(fail(buf, "an output's layout exceeds its storage".into()));
-            }
-            if !bytes.is_empty() {
-                dev(dev_.download(self.address(o, dev_), &mut bytes))?;
-            }
-            outs.push(gather(buf.dtype, &bytes, &sizes, off, &strides));
-        }
-        Ok(outs)
+        self.output_views(dev_)?
+            .iter()
+            .map(|v| download_strided(dev_, v))
+            .collect()
     }
 }
 
