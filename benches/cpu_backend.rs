@@ -6,6 +6,8 @@
 
 #[path = "common/inputs.rs"]
 mod inputs;
+#[path = "common/softmax_avx2.rs"]
+mod softmax_avx2;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use guardless::ir::graph::Graph;
@@ -60,6 +62,13 @@ fn bench(c: &mut Criterion) {
         let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
         let (inputs, b) = inputs_at(&g, rows);
         let mut session = cpu.session(&inputs, &b, &RunOptions::default()).unwrap();
+        let handwritten = name.starts_with("softmax") && softmax_avx2::supported();
+        let x: Vec<f32> = match handwritten {
+            true => (0..rows as usize * cols)
+                .map(|i| inputs[0].get_f64(i) as f32)
+                .collect(),
+            false => Vec::new(),
+        };
         drop(inputs);
         group.bench_function(format!("{name}: {}", cpu.backend()), |bch| {
             bch.iter(|| session.execute().unwrap())
@@ -75,7 +84,10 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("{name}: memcpy, 1 thread"), |bch| {
             bch.iter(|| memcpy(&src, &mut dst, 1))
         });
-        drop((src, dst, session));
+        if handwritten {
+            handwritten_softmax(&mut group, name, &mut session, &x, cols, threads);
+        }
+        drop((src, dst, session, x));
         // The interpreter on 16 rows, and the backend on the same rows.
         let (small, sb) = inputs_at(&g, 16);
         let plan = cpu.schedule.exec_plan(&cpu.program);
@@ -93,6 +105,34 @@ fn bench(c: &mut Criterion) {
         bch.iter(|| CpuProgram::compile(program.clone()).unwrap())
     });
     group.finish();
+}
+
+/// The hand-vectorized softmax on the same input, checked against the compiled kernel's output
+/// first: the ceiling any compiled softmax of this exp's accuracy reaches here.
+fn handwritten_softmax(
+    group: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    name: &str,
+    session: &mut guardless::runtime::cpu::Session,
+    x: &[f32],
+    cols: usize,
+    threads: usize,
+) {
+    session.execute().unwrap();
+    let outputs = session.outputs().unwrap();
+    let (mut storage, at) = softmax_avx2::aligned_zeros(x.len());
+    let out = &mut storage[at..at + x.len()];
+    softmax_avx2::softmax_rows(x, out, cols, threads);
+    for (i, &o) in out.iter().enumerate().step_by(997) {
+        let want = outputs[0].get_f64(i) as f32;
+        assert!(
+            (o - want).abs() <= 1e-6 + 1e-5 * want.abs(),
+            "element {i}: {o} vs {want}"
+        );
+    }
+    group.bench_function(
+        format!("{name}: hand-vectorized AVX2, {threads} threads"),
+        |bch| bch.iter(|| softmax_avx2::softmax_rows(x, out, cols, threads)),
+    );
 }
 
 criterion_group!(benches, bench);

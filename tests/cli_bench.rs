@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, guardless};
+use common::{example, guarded_broadcast_graph, guardless};
 
 #[test]
 fn one_compile_timed_at_every_size_against_specialized_compiles() {
@@ -50,6 +50,49 @@ fn one_compile_timed_at_every_size_against_specialized_compiles() {
         assert!((ratio - want).abs() < 1e-9, "{r}");
     }
     assert!(v["compile_s"].as_f64().unwrap() > 0.0);
+    // Unbacked: one compile served every size.
+    assert_eq!(v["recompiles"], 0);
+    assert!(rows.iter().all(|r| r["recompiled"].is_null()));
+}
+
+#[test]
+fn a_backed_graph_recompiles_where_its_guard_fails_and_counts_it() {
+    let (dir, path) = guarded_broadcast_graph("cli-bench-guard");
+    let args = [
+        "bench",
+        &path,
+        "--device",
+        "cpu",
+        "--sizes",
+        "s1=1,6,1,6",
+        "--warmup",
+        "0",
+        "--iters",
+        "1",
+    ];
+    let (ok, out, err) = guardless(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("compiled for the CPU"), "{out}");
+    assert!(
+        out.contains("1 recompile: a guard of the backed compile failed at s1=6 "),
+        "{out}"
+    );
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let (ok, out, err) = guardless(&json_args);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["recompiles"], 1);
+    let recompiled: Vec<&serde_json::Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["recompiled"])
+        .collect();
+    assert_eq!(recompiled[0], &serde_json::Value::Null);
+    assert_eq!(recompiled[1], "s1 == 1");
+    assert!(recompiled[2].is_null() && recompiled[3].is_null(), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, guardless};
+use common::{example, guarded_broadcast_graph, guardless};
 
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::reference;
@@ -211,5 +211,26 @@ fn bad_run_requests_are_clear_errors() {
     std::fs::write(&f, b"not a safetensors file").unwrap();
     let (ok, _, err) = guardless(&["run", &g, "--inputs", f.to_str().unwrap()]);
     assert!(!ok && err.contains("not a safetensors file"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_backed_graph_run_where_its_guard_fails_is_recompiled_and_says_so() {
+    let (dir, path) = guarded_broadcast_graph("cli-run-guard");
+    let run = |bind: &str| {
+        let (ok, out, err) = guardless(&[
+            "run", &path, "--random", "--bind", bind, "--device", "cpu", "--check",
+        ]);
+        assert!(ok, "{bind}: {err}");
+        assert!(out.contains("from the reference 0e0"), "{out}");
+        out
+    };
+    let out = run("s0=5,s1=5");
+    assert!(
+        out.contains("guard `s1 == 1` failed for these sizes: recompiled for them (1 recompile)"),
+        "{out}"
+    );
+    let out = run("s0=5,s1=1");
+    assert!(!out.contains("recompile"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }

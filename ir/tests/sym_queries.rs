@@ -396,3 +396,40 @@ fn a_guard_that_does_not_hold_fails_the_check_naming_it() {
     );
     assert!(err.to_string().contains("compile again"), "{err}");
 }
+
+#[test]
+fn rehinting_backed_symbols_moves_hints_and_drops_guards() {
+    let mut env = env();
+    let c = e(&mut env, "Eq(s1, 37)");
+    assert!(!env.guard_or_false(c));
+    let s0s1 = e(&mut env, "s0 + s1");
+    let key = e(&mut env, "s0 + s1 + 0");
+    let d = env.derived("d", key, s0s1);
+    let u1 = env.symbol_id("u1").unwrap();
+    let before_u1 = env.symbol_optimization_hint(u1);
+    assert_eq!(env.optimization_hint(d), 164);
+    let mut b = Bindings::new();
+    b.set(env.symbol_id("s1").unwrap(), 37)
+        .set(env.symbol_id("s0").unwrap(), 8)
+        .set(u1, 5);
+    assert!(matches!(
+        env.check_bindings(&b),
+        Err(SymError::GuardFailed { .. })
+    ));
+    env.rehint_backed(&b).unwrap();
+    assert!(env.guards().is_empty());
+    assert_eq!(env.check_bindings(&b), Ok(()));
+    let s1 = env.symbol_id("s1").unwrap();
+    assert_eq!(env.symbol_hint(s1), Some(37));
+    // The derived symbol follows; unbacked hints are not the call's business.
+    assert_eq!(env.optimization_hint(d), 45);
+    assert_eq!(env.symbol_optimization_hint(u1), before_u1);
+    // Now the hint decides the other way, and records that.
+    assert!(env.guard_or_false(c));
+    // A value outside the declared range is refused, naming the symbol.
+    b.set(env.symbol_id("s0").unwrap(), 5000);
+    let err = env.rehint_backed(&b).unwrap_err();
+    assert!(err.to_string().contains("s0"), "{err}");
+    // ... and changes nothing.
+    assert_eq!(env.symbol_hint(env.symbol_id("s0").unwrap()), Some(8));
+}

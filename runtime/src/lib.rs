@@ -9,3 +9,4 @@ pub mod elements;
 pub mod launch;
 #[cfg(feature = "llvm")]
 pub mod llvm;
+pub mod specialize;

@@ -11,10 +11,12 @@ use std::time::Instant;
 use clap::Args;
 use guardless_ir::graph::Graph;
 use guardless_ir::reference;
+use guardless_ir::sym::ShapeEnv;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 use guardless_runtime::cuda::{self, CudaProgram};
 use guardless_runtime::launch::{Inputs, Session, SessionOptions};
+use guardless_runtime::specialize::{Specializations, Specialized};
 use serde_json::{json, Value};
 
 use super::run::{parse_bind, random_inputs};
@@ -70,9 +72,22 @@ impl Compiled {
     }
 }
 
+impl Specialized for Compiled {
+    fn env(&self) -> &ShapeEnv {
+        match &self.backend {
+            Backend::Cpu(c) => &c.program.env,
+            Backend::Cuda(g) => &g.exe.program.env,
+        }
+    }
+}
+
 fn compile(text: &str, what: &str, device: &str) -> Result<Compiled, String> {
-    let start = Instant::now();
     let graph = Graph::from_json(text).map_err(|e| format!("{what}: {e}"))?;
+    compile_graph(graph, what, device)
+}
+
+fn compile_graph(graph: Graph, what: &str, device: &str) -> Result<Compiled, String> {
+    let start = Instant::now();
     let program = guardless_ir::lower::lower(&graph).map_err(|e| format!("{what}: {e}"))?;
     let backend = if device == "cuda" {
         Backend::Cuda(Box::new(
@@ -256,27 +271,35 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
                 .map_err(|_| format!("--sizes: '{}' is not an integer", v.trim()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut unbacked = compile(&text, "the graph", device).map_err(ctx)?;
-    if unbacked.graph.env.symbol_id(name).is_none() {
+    let first = compile(&text, "the graph", device).map_err(ctx)?;
+    if first.graph.env.symbol_id(name).is_none() {
         return Err(ctx(format!("--sizes: the graph has no symbol '{name}'")));
     }
+    let (graph, describe, compile_s) = (first.graph.clone(), first.describe(), first.seconds);
+    // The graph as given, at every size: backed sizes whose guards fail recompile (counted).
+    let mut specs = Specializations::new(graph.clone(), first);
     let sizes = sizes_of;
     let mut rows = Vec::new();
     for &v in &sizes {
-        let given = parse_bind(&unbacked.graph, Some(&format!("{name}={v}")))?;
-        unbacked
-            .graph
+        let given = parse_bind(&graph, Some(&format!("{name}={v}")))?;
+        let at = |e: String| ctx(format!("--sizes {name}={v}: {e}"));
+        graph
             .env
             .check_bindings(&given)
-            .map_err(|e| ctx(format!("--sizes {name}={v}: {e}")))?;
-        let inputs = random_inputs(&unbacked.graph, &given, v as u64)?;
-        let (t_unbacked, outputs) = time_calls(&mut unbacked, &inputs, &a).map_err(ctx)?;
+            .map_err(|e| at(e.to_string()))?;
+        let inputs = random_inputs(&graph, &given, v as u64)?;
+        let b = reference::bind_inputs(&graph, &inputs, &given).map_err(|e| at(e.to_string()))?;
+        let sel = specs
+            .select(&b, |g| compile_graph(g, "the graph", device))
+            .map_err(|e| at(e.to_string()))?;
+        let (t_unbacked, outputs) = time_calls(sel.artifact, &inputs, &a).map_err(ctx)?;
         let compulsory = bytes(&inputs) + bytes(&outputs);
         let mut row = json!({
             "size": v,
             "unbacked_us": t_unbacked,
             "compulsory_bytes": compulsory,
             "gb_per_s": compulsory as f64 / t_unbacked / 1e3,
+            "recompiled": sel.recompiled,
         });
         if a.compare_backed {
             for (key, pin) in [("backed", false), ("static", true)] {
@@ -293,8 +316,9 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
         let out = json!({
             "graph": a.graph.display().to_string(),
             "device": device,
-            "backend": unbacked.describe(),
-            "compile_s": unbacked.seconds,
+            "backend": describe,
+            "compile_s": compile_s,
+            "recompiles": specs.recompiles(),
             "rows": rows,
         });
         return Ok(format!("{out:#}\n"));
@@ -302,10 +326,11 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}: compiled once for {} in {:.1} ms; median of {} calls per size",
+        "{}: compiled {}for {} in {:.1} ms; median of {} calls per size",
         a.graph.display(),
-        unbacked.describe(),
-        unbacked.seconds * 1e3,
+        if specs.recompiles() == 0 { "once " } else { "" },
+        describe,
+        compile_s * 1e3,
         a.iters
     );
     let _ = write!(out, "{:>10} {:>12}", name, "unbacked µs");
@@ -340,6 +365,21 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
             " {:>14} {:>8.2}",
             r["compulsory_bytes"].as_u64().unwrap_or(0),
             r["gb_per_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let recompiled: Vec<String> = rows
+        .iter()
+        .filter(|r| !r["recompiled"].is_null())
+        .map(|r| format!("{name}={}", r["size"]))
+        .collect();
+    if !recompiled.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} recompile{}: a guard of the backed compile failed at {} (unbacked sizes never \
+             recompile)",
+            specs.recompiles(),
+            if specs.recompiles() == 1 { "" } else { "s" },
+            recompiled.join(", ")
         );
     }
     Ok(out)

@@ -15,6 +15,7 @@ use guardless_ir::tensor_io;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 use guardless_runtime::cuda::{self, CudaProgram};
 use guardless_runtime::launch::SessionOptions;
+use guardless_runtime::specialize::Specializations;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -103,15 +104,24 @@ pub fn run(a: RunArgs) -> Result<String, String> {
             compiled.as_secs_f64() * 1e3,
             cpu.schedule.kernels.len()
         );
+        let mut specs = Specializations::new(graph.clone(), cpu);
+        let sel = specs
+            .select(&bindings, |g| {
+                CpuProgram::compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ctx(e.to_string()))?;
+        note_recompile(&mut out, &sel.recompiled);
         let start = Instant::now();
-        let outputs = cpu
+        let outputs = sel
+            .artifact
             .run(&inputs, &bindings, &RunOptions::default())
             .map_err(|e| ctx(e.to_string()))?;
         (outputs, start.elapsed(), "cpu")
     } else if device == "cuda" {
         let start = Instant::now();
         let program = guardless_ir::lower::lower(&graph).map_err(|e| ctx(e.to_string()))?;
-        let mut gpu = match &a.artifact {
+        let gpu = match &a.artifact {
             Some(dir) => CudaProgram::load_artifact(dir, program),
             None => CudaProgram::compile(program),
         }
@@ -133,8 +143,17 @@ pub fn run(a: RunArgs) -> Result<String, String> {
                 " (no NVRTC: cached)"
             }
         );
+        let mut specs = Specializations::new(graph.clone(), gpu);
+        let sel = specs
+            .select(&bindings, |g| {
+                CudaProgram::compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ctx(e.to_string()))?;
+        note_recompile(&mut out, &sel.recompiled);
         let start = Instant::now();
-        let outputs = gpu
+        let outputs = sel
+            .artifact
             .run(&inputs, &bindings, &SessionOptions::default())
             .map_err(|e| ctx(e.to_string()))?;
         (outputs, start.elapsed(), "cuda")
@@ -171,6 +190,16 @@ pub fn run(a: RunArgs) -> Result<String, String> {
         let _ = writeln!(out, "saved {} outputs to {}", named.len(), path.display());
     }
     Ok(out)
+}
+
+/// A backed compile whose guard the call's sizes break is compiled again for them; say so.
+fn note_recompile(out: &mut String, failed: &Option<String>) {
+    if let Some(guard) = failed {
+        let _ = writeln!(
+            out,
+            "guard `{guard}` failed for these sizes: recompiled for them (1 recompile)"
+        );
+    }
 }
 
 pub(super) fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, String> {

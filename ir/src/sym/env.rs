@@ -345,6 +345,41 @@ impl ShapeEnv {
         &self.guards
     }
 
+    /// Moves the hints of backed symbols to their values in `values` (a recompile for sizes
+    /// that broke a guard); a derived backed symbol's hint follows its definition. Guards
+    /// recorded for the old hints are dropped: the next lowering records its own.
+    pub fn rehint_backed(&mut self, values: &super::Bindings) -> Result<(), SymError> {
+        // All or nothing: the new hints first (a definition reads earlier symbols' new hints).
+        let mut hints: Vec<Option<i64>> = self.syms.iter().map(|s| s.hint).collect();
+        for i in 0..self.syms.len() {
+            let id = SymbolId(i as u32);
+            if self.pool.symbol(id).kind != SymbolKind::Backed {
+                continue;
+            }
+            let hint = match self.syms[i].definition {
+                Some(def) => self.pool.evaluate_with(def, &mut |s| hints[s.index()]).ok(),
+                None => values.get(id).or(hints[i]),
+            };
+            if let Some(h) = hint {
+                if !self.syms[i].range.contains(h) {
+                    return Err(SymError::HintOutOfRange {
+                        name: self.pool.symbol(id).name.to_string(),
+                        hint: h,
+                        range: self.syms[i].range.to_string(),
+                    });
+                }
+            }
+            hints[i] = hint;
+        }
+        for (st, h) in self.syms.iter_mut().zip(hints) {
+            st.hint = h;
+        }
+        self.guards.clear();
+        self.guard_set.clear();
+        self.changed();
+        Ok(())
+    }
+
     pub(crate) fn record_guard(&mut self, cond: Expr) {
         if self.guard_set.insert(cond) {
             self.guards.push(Guard { cond });

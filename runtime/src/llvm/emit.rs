@@ -1025,6 +1025,10 @@ impl<'a, 'c> Emitter<'a, 'c> {
 /// `exp` of an f32 inline, so that loops over it vectorize: Cody–Waite reduction by ln 2
 /// and Cephes' degree-6 polynomial (within 2 ulp of the correctly rounded value over the
 /// whole range), scaled by 2^n in two steps so that subnormal results stay accurate.
+///
+/// Special values need no selects: x is clamped to [-104, 89] (compares and selects that keep a
+/// NaN, one min/max instruction each), beyond which exp is 0 or overflows to ∞ through the
+/// scale itself; a NaN flows through the arithmetic (NaN times any scale is NaN).
 pub fn build_exp_f32<'c>(
     cx: &'c Context,
     module: &Module<'c>,
@@ -1037,15 +1041,20 @@ pub fn build_exp_f32<'c>(
         Ok(call_intrinsic(module, b, name, &[f.into()], args)?.into_float_value())
     };
     let c = |v: f64| f.const_float(v);
-    // n = x·log2(e) rounded to nearest (one instruction); |r| ≤ ln(2)/2 as with floor(t + 1/2).
-    // No clamp: where x is outside [-103.97, 88.72] (n outside [-150, 128]) or NaN, the result
-    // is replaced below, and inside it both halves of the scale are normal exponents.
-    let t = b.build_float_mul(x, c(std::f64::consts::LOG2_E), "")?;
-    let n = intrinsic("llvm.roundeven", &[t.into()])?;
     // a·b + c, fused where the target has FMA (then more exact, and half the instructions).
     let fma = |a: FloatValue<'c>, m: FloatValue<'c>, k: FloatValue<'c>| -> R<FloatValue<'c>> {
         intrinsic("llvm.fmuladd", &[a.into(), m.into(), k.into()])
     };
+    // `x < lo ? lo : x` is false for a NaN, which stays.
+    let low = b.build_float_compare(FloatPredicate::OLT, x, c(-104.0), "")?;
+    let x = b.build_select(low, c(-104.0), x, "")?.into_float_value();
+    let high = b.build_float_compare(FloatPredicate::OGT, x, c(89.0), "")?;
+    let x = b.build_select(high, c(89.0), x, "")?.into_float_value();
+    // n = x·log2(e) rounded to nearest even by adding 1.5·2^23: the sum's low mantissa bits
+    // are n in two's complement, so no float-to-int conversion is needed (none of a NaN).
+    let shifter = c(12_582_912.0);
+    let k = fma(x, c(std::f64::consts::LOG2_E), shifter)?;
+    let n = b.build_float_sub(k, shifter, "")?;
     let r = fma(n, c(-0.693_359_375), x)?;
     let r = fma(n, c(2.121_944_4e-4), r)?;
     let mut p = c(1.987_569_150_0e-4);
@@ -1061,24 +1070,18 @@ pub fn build_exp_f32<'c>(
     let r2 = b.build_float_mul(r, r, "")?;
     let y = fma(p, r2, r)?;
     let y = b.build_float_add(y, c(1.0), "")?;
-    let ni = b.build_float_to_signed_int(n, i32t, "")?;
+    // n ∈ [-150, 129] after the clamp: two halves, each a normal power of two.
+    let ki = b.build_bit_cast(k, i32t, "")?.into_int_value();
+    let ni = b.build_int_sub(ki, i32t.const_int(0x4b40_0000, false), "")?;
     let half = b.build_right_shift(ni, i32t.const_int(1, false), true, "")?;
     let rest = b.build_int_sub(ni, half, "")?;
     let scale = |e: IntValue<'c>| -> R<FloatValue<'c>> {
-        let e = b.build_int_add(e, i32t.const_int(127, false), "")?;
         let e = b.build_left_shift(e, i32t.const_int(23, false), "")?;
+        let e = b.build_int_add(e, i32t.const_int(127 << 23, false), "")?;
         Ok(b.build_bit_cast(e, f, "")?.into_float_value())
     };
     let y = b.build_float_mul(y, scale(half)?, "")?;
-    let y = b.build_float_mul(y, scale(rest)?, "")?;
-    let big = b.build_float_compare(FloatPredicate::OGT, x, c(88.722_839), "")?;
-    let y = b
-        .build_select(big, c(f64::INFINITY), y, "")?
-        .into_float_value();
-    let small = b.build_float_compare(FloatPredicate::OLT, x, c(-103.972_084), "")?;
-    let y = b.build_select(small, c(0.0), y, "")?.into_float_value();
-    let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "")?;
-    Ok(b.build_select(nan, x, y, "")?.into_float_value())
+    b.build_float_mul(y, scale(rest)?, "")
 }
 
 /// IEEE 754-2019 maximum or minimum (what `llvm.maximum`/`llvm.minimum` compute: NaN if either
