@@ -104,13 +104,7 @@ unsafe fn exp(x: __m256) -> __m256 {
     let r = _mm256_fmadd_ps(n, c(-0.693_359_4), x);
     let r = _mm256_fmadd_ps(n, c(2.121_944_4e-4), r);
     let mut p = c(1.987_569_1e-4);
-    for k in [
-        1.398_2e-3,
-        8.333_452e-3,
-        4.166_58e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
+    for k in [1.398_2e-3, 8.333_452e-3, 4.166_58e-2, 1.666_666_5e-1, 0.5] {
         p = _mm256_fmadd_ps(p, r, c(k));
     }
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), c(1.0));

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 SUPPORTED_TORCH = ("2.15",)
 
@@ -305,6 +305,33 @@ class _Writer:
         self.refs[n] = node["symbol"] if "symbol" in node else {"tensor": n.name}
 
 
+def _mutations(ep: ExportedProgram, outputs: list, errors: list) -> list:
+    """Outputs that torch.export marks as mutating a buffer or a user input carry `mutates`:
+    the runtime writes them back into that input after the call (a KV-cache update)."""
+    placeholder_of = {
+        s.target: s.arg.name
+        for s in ep.graph_signature.input_specs
+        if s.kind in (InputKind.BUFFER, InputKind.PARAMETER)
+    }
+    marked = []
+    for out, spec in zip(outputs, ep.graph_signature.output_specs):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            marked.append(out)
+            continue
+        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION):
+            name = placeholder_of.get(spec.target)
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            name = spec.target
+        else:
+            name = None
+        if name is None or not isinstance(out, dict):
+            errors.append(f"output '{spec.arg.name}': {spec.kind} outputs are not supported")
+            marked.append(out)
+            continue
+        marked.append({**out, "mutates": name})
+    return marked
+
+
 def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
     w = _Writer()
     kinds = {}
@@ -344,4 +371,5 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
             outputs = [w.value(o) for o in n.args[0]]
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
+    outputs = _mutations(ep, outputs, w.errors)
     return Exported(w.graph(name, _symbols(ep, hints), inputs, outputs), params)

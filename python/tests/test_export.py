@@ -5,6 +5,7 @@ Run with the torch venv: `.tools/torch-venv/bin/python -m unittest discover -s p
 `GUARDLESS_BIN` names the CLI (default: target/debug/guardless).
 """
 
+import copy
 import os
 import subprocess
 import sys
@@ -98,6 +99,40 @@ class ExportTest(unittest.TestCase):
         name = sym["name"]
         self.assertEqual(sorted(e.graph["asserts"]), sorted([f"{name} <= 4096", f"{name} >= 1"]))
         self.check(e, [1, 5, 300])
+
+    def test_a_buffer_mutation_is_written_back(self):
+        class Cache(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("k", torch.arange(64.0).reshape(16, 4))
+
+            def forward(self, pos, new):
+                self.k.index_put_((pos,), new, accumulate=True)
+                return (self.k * 2).sum(0)
+
+        model = Cache()
+        pos, new = torch.tensor([3, 8, 13]), torch.randn(3, 4)
+        e = guardless.export(model, (pos, new))
+        mutating = [o for o in e.graph["outputs"] if "mutates" in o]
+        self.assertEqual(len(mutating), 1)
+        buffer = mutating[0]["mutates"]
+        self.assertIn(buffer, e.parameters)
+        eager = copy.deepcopy(model)
+        with torch.no_grad():
+            total = eager(pos, new)
+        with tempfile.TemporaryDirectory() as tmp:
+            graph = os.path.join(tmp, "graph.json")
+            e.save(graph)
+            r = subprocess.run(
+                [BIN, "check", graph], capture_output=True, text=True
+            )
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"(written back into {buffer})", r.stdout)
+            got = run_guardless(e, [pos, new], tmp)
+        # The written cache is torch's buffer after the call; the sum is its output.
+        outs = {tuple(t.shape): t for t in got}
+        torch.testing.assert_close(outs[(16, 4)], eager.k)
+        torch.testing.assert_close(outs[(4,)], total)
 
     def test_untranslatable_ops_are_all_listed(self):
         class Odd(torch.nn.Module):

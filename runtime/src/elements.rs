@@ -3,7 +3,7 @@
 //! shares.
 
 use guardless_ir::graph::DType;
-use guardless_ir::tensor::Data;
+use guardless_ir::tensor::{Data, HostTensor};
 
 /// Element `i` of `bytes` (of dtype `d`) as f64 or i64.
 pub fn read(bytes: &[u8], d: DType, i: usize) -> Either {
@@ -104,4 +104,25 @@ pub fn to_bytes(t: &guardless_ir::tensor::HostTensor) -> Vec<u8> {
     let mut bytes = vec![0u8; t.numel() * t.dtype.size()];
     from_data(&mut bytes, t.dtype, &t.data);
     bytes
+}
+
+/// Writes `src`'s elements (row-major) into `dst` at `off` + index · `strides` (elements of
+/// `src.dtype`); an element outside `dst` is an error.
+pub fn scatter(dst: &mut [u8], off: i64, strides: &[i64], src: &HostTensor) -> Result<(), String> {
+    let size = src.dtype.size();
+    let sizes: Vec<i64> = src.shape.iter().map(|&n| n as i64).collect();
+    let mut idx = vec![0i64; sizes.len()];
+    for e in 0..src.numel() {
+        let at = off + idx.iter().zip(strides).map(|(&i, &s)| i * s).sum::<i64>();
+        if at < 0 || (at as usize + 1) * size > dst.len() {
+            return Err(format!("write out of bounds at element {at}"));
+        }
+        let v = match &src.data {
+            Data::Float(v) => Either::F(v[e]),
+            Data::Int(v) => Either::I(v[e]),
+        };
+        write(dst, src.dtype, at as usize, v);
+        next_index(&mut idx, &sizes);
+    }
+    Ok(())
 }

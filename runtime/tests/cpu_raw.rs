@@ -10,6 +10,7 @@ use differential::*;
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::{Data, HostTensor};
 use guardless_runtime::cpu::{CpuProgram, NativeOutputs, OutputStorage, RawTensor, RunOptions};
 
@@ -249,5 +250,46 @@ fn bad_raw_inputs_are_clean_errors() {
         let e = run(t).expect_err(want).to_string();
         assert!(e.contains(want), "{e:?} should say {want:?}");
         assert!(e.contains("input 0"), "{e:?} names the input");
+    }
+}
+
+#[test]
+fn an_output_that_mutates_an_input_is_written_into_the_callers_tensor() {
+    let g = cache_accumulate();
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let ins = cache_accumulate_inputs();
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    // A row-major cache is read and written in place; a column-major one is copied in and
+    // written back through its strides.
+    for transposed in [false, true] {
+        let mut stored: Vec<(Vec<u8>, Vec<i64>)> = ins
+            .iter()
+            .enumerate()
+            .map(|(k, t)| store(t, transposed && k == 0))
+            .collect();
+        // Pointers for writing: the call writes the cache.
+        let raws: Vec<RawTensor> = ins
+            .iter()
+            .zip(&mut stored)
+            .map(|(t, s)| RawTensor {
+                ptr: s.0.as_mut_ptr(),
+                ..raw(t, s)
+            })
+            .collect();
+        for call in 1..=2 {
+            unsafe { cpu.run_raw(&raws, &b, &RunOptions::default()) }.unwrap();
+            let (bytes, strides) = &stored[0];
+            let got: Vec<f64> = (0..64)
+                .map(|i| {
+                    let at = (i / 4) as i64 * strides[0] + (i % 4) as i64 * strides[1];
+                    decode(DType::F32, &bytes[at as usize * 4..])
+                })
+                .collect();
+            assert_eq!(
+                got,
+                values(&cache_after(call)),
+                "transposed {transposed}, call {call}"
+            );
+        }
     }
 }

@@ -400,3 +400,81 @@ fn output_views_are_where_the_outputs_lie_on_the_device() {
         }
     }
 }
+
+#[test]
+fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
+    let g = differential::cache_accumulate();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cache_accumulate", &exe);
+    let ins = differential::cache_accumulate_inputs();
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let options = SessionOptions { poison: true };
+    // Host inputs: the session's copy of the cache changes with every execution.
+    let mut s = Session::new(&mut dev, &exe, Inputs::Host(&ins), &b, &options).unwrap();
+    for call in 1..=3 {
+        s.execute(&mut dev).unwrap();
+        assert_eq!(
+            s.outputs(&mut dev).unwrap()[0],
+            differential::cache_after(call)
+        );
+    }
+    drop(s);
+    // Device inputs: the caller's cache is written — in place when row-major, through its
+    // strides when column-major (copied in, then written back).
+    for transposed in [false, true] {
+        let mut keep = Vec::new();
+        let mut tensors = Vec::new();
+        for (k, t) in ins.iter().enumerate() {
+            let (shape, strides, values): (Vec<usize>, Vec<i64>, Vec<f64>) = if transposed && k == 0
+            {
+                let (r, c) = (t.shape[0], t.shape[1]);
+                let v = (0..r * c).map(|i| t.get_f64((i % r) * c + i / r)).collect();
+                (t.shape.clone(), vec![1, r as i64], v)
+            } else {
+                let mut st = vec![1i64; t.shape.len()];
+                for d in (0..t.shape.len().saturating_sub(1)).rev() {
+                    st[d] = st[d + 1] * t.shape[d + 1] as i64;
+                }
+                (
+                    t.shape.clone(),
+                    st,
+                    (0..t.numel()).map(|i| t.get_f64(i)).collect(),
+                )
+            };
+            let stored = match t.dtype {
+                DType::I64 => {
+                    let v: Vec<i64> = values.iter().map(|&x| x as i64).collect();
+                    HostTensor::from_i64(t.dtype, &[v.len()], &v)
+                }
+                d => HostTensor::from_f64(d, &[values.len()], &values),
+            };
+            let bytes = elements::to_bytes(&stored);
+            let m = dev.alloc(bytes.len(), false).unwrap();
+            dev.upload(dev.address(&m), &bytes).unwrap();
+            tensors.push(DeviceTensor {
+                address: dev.address(&m),
+                bytes: bytes.len(),
+                dtype: t.dtype,
+                shape,
+                strides,
+            });
+            keep.push(m);
+        }
+        let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+        assert_eq!(s.copied_input_bytes, if transposed { 256 } else { 0 });
+        for call in 1..=2 {
+            s.execute(&mut dev).unwrap();
+            let cache = &tensors[0];
+            let got: Vec<f64> = (0..64)
+                .map(|i| {
+                    let at = (i / 4) as i64 * cache.strides[0] + (i % 4) as i64 * cache.strides[1];
+                    unsafe { read_at(cache.address, DType::F32, at) }
+                })
+                .collect();
+            let want = differential::cache_after(call);
+            let want: Vec<f64> = (0..64).map(|i| want.get_f64(i)).collect();
+            assert_eq!(got, want, "transposed {transposed}, call {call}");
+        }
+        drop((s, keep));
+    }
+}

@@ -77,3 +77,37 @@ pub struct Graph {
     /// The `asserts` as written (they are also recorded in `env`).
     pub asserts: Vec<String>,
 }
+
+impl Graph {
+    /// Copies each output that `mutates` an input into that input (what a call does after its
+    /// kernels); returns how many were written. An output whose dtype or shape is not its
+    /// input's is an error naming both.
+    pub fn write_back(
+        &self,
+        inputs: &mut [crate::tensor::HostTensor],
+        outputs: &[crate::tensor::HostTensor],
+    ) -> Result<usize, String> {
+        let mut n = 0;
+        for (i, o) in self.outputs.iter().enumerate() {
+            let Some(k) = o.mutates else { continue };
+            let name = &self.inputs[k].name;
+            let (src, dst) = match (outputs.get(i), inputs.get_mut(k)) {
+                (Some(s), Some(d)) => (s, d),
+                _ => {
+                    return Err(format!(
+                        "output {i} writes back into input '{name}': missing"
+                    ))
+                }
+            };
+            if src.dtype != dst.dtype || src.shape != dst.shape {
+                return Err(format!(
+                    "output {i} ({} {:?}) cannot be written back into input '{name}' ({} {:?})",
+                    src.dtype, src.shape, dst.dtype, dst.shape
+                ));
+            }
+            dst.data = src.data.clone();
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -195,4 +195,14 @@ pub struct Program {
     pub buffers: Vec<Buffer>,
     /// Graph outputs, in order.
     pub outputs: Vec<BufferId>,
+    /// Outputs written back into an input after the call (a KV-cache update), in output order.
+    pub writes_back: Vec<WriteBack>,
+}
+
+/// Output `output` (an index into `Program::outputs`) is copied into graph input `input` once
+/// the call's kernels are done; lowering proved (or asserts at run time) equal shapes and dtypes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WriteBack {
+    pub output: usize,
+    pub input: usize,
 }

@@ -149,6 +149,18 @@ impl Program {
             .map(|o| self.buffers[o.index()].name.as_str())
             .collect();
         let _ = writeln!(out, "outputs: {}", outs.join(", "));
+        for w in &self.writes_back {
+            let input = self
+                .buffers
+                .iter()
+                .find(|b| matches!(b.kind, super::BufferKind::Input(k) if k == w.input));
+            let _ = writeln!(
+                out,
+                "write back: {} -> {}",
+                outs[w.output],
+                input.map_or("?", |b| b.name.as_str())
+            );
+        }
         out
     }
 

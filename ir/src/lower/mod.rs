@@ -15,7 +15,8 @@ use thiserror::Error;
 
 use crate::graph::{Arg, DType, Graph, Producer, TensorRef};
 use crate::loop_ir::{
-    Body, BodyBuilder, Buffer, BufferId, BufferKind, Layout, Loops, Program, ReductionKind, ValueId,
+    Body, BodyBuilder, Buffer, BufferId, BufferKind, Layout, Loops, Program, ReductionKind,
+    ValueId, WriteBack,
 };
 use crate::sym::{Expr, ShapeEnv};
 
@@ -101,6 +102,7 @@ pub(crate) struct Lowerer<'g> {
     values: Vec<Vec<LTensor>>,
     uses: Vec<usize>,
     outputs: Vec<BufferId>,
+    writes_back: Vec<WriteBack>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -153,6 +155,7 @@ impl<'g> Lowerer<'g> {
             values: Vec::new(),
             uses,
             outputs: Vec::new(),
+            writes_back: Vec::new(),
         }
     }
 
@@ -212,8 +215,53 @@ impl<'g> Lowerer<'g> {
                 message,
             })?;
             let name = self.name_of(&o.tensor);
+            if let Some(k) = o.mutates {
+                let i = self.outputs.len();
+                self.check_write_back(i, k, &t)
+                    .map_err(|message| LowerError::Node {
+                        node: "outputs".into(),
+                        op: String::new(),
+                        message: format!(
+                            "output {i} writes back into input '{}': {message}",
+                            self.graph.inputs[k].name
+                        ),
+                    })?;
+                self.writes_back.push(WriteBack {
+                    output: i,
+                    input: k,
+                });
+            }
             let t = self.realize(t, &name);
             self.outputs.push(t.buffer.expect("realized"));
+        }
+        Ok(())
+    }
+
+    /// An output written back into input `k` has its dtype and shape (sizes proved equal, or
+    /// asserted at run time).
+    fn check_write_back(&mut self, i: usize, k: usize, t: &LTensor) -> Result<(), String> {
+        let input = &self.graph.inputs[k];
+        if input.dtype != t.dtype {
+            return Err(format!(
+                "dtype {} is not the input's {}",
+                t.dtype, input.dtype
+            ));
+        }
+        if input.shape.len() != t.sizes.len() {
+            return Err(format!(
+                "{} dimensions, the input has {}",
+                t.sizes.len(),
+                input.shape.len()
+            ));
+        }
+        let pairs: Vec<(Expr, Expr)> = t.sizes.iter().copied().zip(input.shape.clone()).collect();
+        for (d, (a, b)) in pairs.into_iter().enumerate() {
+            views::assert_equal(self, a, b, &format!("output {i}, dimension {d}")).map_err(
+                |e| match e {
+                    NodeError::Message(m) => m,
+                    NodeError::Unsupported => "unsupported".into(),
+                },
+            )?;
         }
         Ok(())
     }
@@ -223,6 +271,7 @@ impl<'g> Lowerer<'g> {
             env: self.env,
             buffers: self.buffers,
             outputs: self.outputs,
+            writes_back: self.writes_back,
         }
     }
 

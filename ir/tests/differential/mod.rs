@@ -261,3 +261,43 @@ pub fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
 }
 
 pub const SIZES: [i64; 7] = [0, 1, 2, 3, 7, 13, 257];
+
+/// A KV-cache update written back into the cache: `cache[pos] += new` over a [16, 4] f32 cache
+/// (`accumulate`, so each call changes it again), `t` unbacked new rows.
+pub fn cache_accumulate() -> Graph {
+    Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "cache_accumulate",
+        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
+        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
+                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
+                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
+        "nodes": [{"name": "written", "op": "aten.index_put.default",
+                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
+                            "values": {"tensor": "new"}, "accumulate": true}}],
+        "outputs": [{"tensor": "written", "mutates": "cache"}]}"#,
+    )
+    .expect("a valid graph")
+}
+
+/// Inputs of [`cache_accumulate`]: rows 3, 8 and 13 updated.
+pub fn cache_accumulate_inputs() -> Vec<HostTensor> {
+    let cache: Vec<f64> = (0..64).map(|i| i as f64).collect();
+    let new: Vec<f64> = (0..12).map(|i| -0.5 - i as f64).collect();
+    vec![
+        HostTensor::from_f64(DType::F32, &[16, 4], &cache),
+        HostTensor::from_i64(DType::I64, &[3], &[3, 8, 13]),
+        HostTensor::from_f64(DType::F32, &[3, 4], &new),
+    ]
+}
+
+/// The cache after `calls` calls of [`cache_accumulate`], by the reference executor.
+pub fn cache_after(calls: usize) -> HostTensor {
+    let g = cache_accumulate();
+    let mut ins = cache_accumulate_inputs();
+    for _ in 0..calls {
+        let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+        let outs = reference::run(&g, &ins, &b).unwrap();
+        g.write_back(&mut ins, &outs).unwrap();
+    }
+    ins.swap_remove(0)
+}

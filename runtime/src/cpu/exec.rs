@@ -178,6 +178,9 @@ pub struct Session<'p> {
     threads: usize,
     /// Input bytes copied into native storage (0 when every input was read in place).
     pub copied_input_bytes: usize,
+    /// The caller's tensors when passed in place: outputs that mutate an input copied into
+    /// native storage are written back to them too.
+    raw: Vec<RawTensor>,
 }
 
 /// # Safety
@@ -238,6 +241,10 @@ pub(super) unsafe fn session<'p>(
         given: bindings.clone(),
         threads,
         copied_input_bytes,
+        raw: match inputs {
+            Inputs::Raw(t) => t.to_vec(),
+            Inputs::Host(_) => Vec::new(),
+        },
     })
 }
 
@@ -251,6 +258,44 @@ impl Session<'_> {
                 Step::Input(_) | Step::View(_) => {}
                 Step::Kernel(ki) => kernel(&mut self.st, self.cp, self.jit, *ki, self.threads)?,
                 Step::Library(id) => library(&mut self.st, *id)?,
+            }
+        }
+        self.write_back()
+    }
+
+    /// Outputs that mutate an input, copied into it once every kernel is done: into the
+    /// session's storage of the input (a later `execute` reads the new values) and, for an
+    /// input the caller passed in place, into the caller's memory.
+    fn write_back(&mut self) -> Result<(), RunError> {
+        let p = self.st.p;
+        for w in &p.writes_back {
+            let out = p.outputs[w.output];
+            // Read whole first: the output may share storage with the input.
+            let (shape, data) = self.st.elements(out)?;
+            let value = HostTensor {
+                dtype: p.buffers[out.index()].dtype,
+                shape,
+                data,
+            };
+            let Some(id) = (0..p.buffers.len()).map(|i| BufferId(i as u32)).find(
+                |b| matches!(p.buffers[b.index()].kind, BufferKind::Input(k) if k == w.input),
+            ) else {
+                continue;
+            };
+            let buf = &p.buffers[id.index()];
+            let (off, strides) = self.st.strides(buf, &buf.layout)?;
+            let h = self.st.home[id.index()];
+            let block = &mut self.st.blocks[h];
+            let borrowed = block.is_borrowed();
+            // Safety: an input the graph mutates is the caller's to have written (documented on
+            // `CpuProgram::run_raw`).
+            let bytes = match unsafe { block.borrowed_mut() } {
+                Some(b) => b,
+                None => block.as_bytes_mut(),
+            };
+            elements::scatter(bytes, off, &strides, &value).map_err(|m| fail(buf, m))?;
+            if let (false, Some(t)) = (borrowed, self.raw.get(w.input)) {
+                unsafe { memory::write_raw(t, &value) }.map_err(|m| fail(buf, m))?;
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use guardless_ir::graph::DType;
 use guardless_ir::tensor::{Data, HostTensor};
 
 /// One allocation: a slot of the memory plan, or a buffer's own storage; or an input read in
-/// place from the caller's memory (never written).
+/// place from the caller's memory (written only when an output mutates that input).
 #[derive(Default)]
 pub struct Block {
     words: Vec<u64>,
@@ -62,6 +62,19 @@ impl Block {
             None => unsafe {
                 std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.words.len() * 8)
             },
+        }
+    }
+
+    /// The bytes of the caller's memory behind a borrowed block, for writing an output back
+    /// into it (the one write a borrowed block takes); `None` for an owned block.
+    ///
+    /// # Safety
+    /// The caller's memory must be writable and unused by anything else during the call.
+    pub unsafe fn borrowed_mut(&mut self) -> Option<&mut [u8]> {
+        match self.borrowed {
+            Some((_, 0)) => Some(&mut []),
+            Some((p, n)) => Some(unsafe { std::slice::from_raw_parts_mut(p, n) }),
+            None => None,
         }
     }
 
@@ -184,4 +197,17 @@ pub fn host_to_native(outs: &[HostTensor], copied_input_bytes: usize) -> super::
         native.storages.push(words);
     }
     native
+}
+
+/// Writes `src` into the caller's tensor `t` through its strides (an output written back into
+/// an input the caller passed in place).
+///
+/// # Safety
+/// `t` must point to `t.bytes` writable bytes that nothing else uses during the call.
+pub unsafe fn write_raw(t: &super::RawTensor, src: &HostTensor) -> Result<(), String> {
+    if src.numel() == 0 {
+        return Ok(());
+    }
+    let dst = unsafe { std::slice::from_raw_parts_mut(t.ptr as *mut u8, t.bytes) };
+    crate::elements::scatter(dst, 0, &t.strides, src)
 }

@@ -140,9 +140,12 @@ impl CpuProgram {
     /// graph's; the outputs' storage is handed over, not copied. Without the `llvm` feature the
     /// interpreter runs it, and inputs and outputs are copied.
     ///
+    /// An output that mutates an input (`Program::writes_back`) is written into the caller's
+    /// tensor after the kernels.
+    ///
     /// # Safety
     /// Each input's `ptr` must point to `bytes` readable bytes that stay valid and unwritten
-    /// during the call.
+    /// during the call; an input that an output mutates must be writable.
     pub unsafe fn run_raw(
         &self,
         inputs: &[RawTensor],
@@ -187,6 +190,14 @@ impl CpuProgram {
                 .collect();
             let copied = host.iter().map(|t| t.numel() * t.dtype.size()).sum();
             let outs = self.run(&host, bindings, options)?;
+            for w in &p.writes_back {
+                unsafe { memory::write_raw(&inputs[w.input], &outs[w.output]) }.map_err(
+                    |message| RunError::Input {
+                        index: w.input,
+                        message,
+                    },
+                )?;
+            }
             Ok(memory::host_to_native(&outs, copied))
         }
     }

@@ -201,6 +201,9 @@ pub struct Session<'e, D: Device> {
     pub copied_input_bytes: usize,
     /// Library steps that ran on the host, in the last execution.
     pub host_steps: usize,
+    /// The caller's device tensors: an output that mutates an input copied in is written back
+    /// to them too.
+    device_inputs: Vec<DeviceTensor>,
 }
 
 fn fail(buf: &Buffer, message: String) -> LaunchError {
@@ -251,6 +254,10 @@ impl<'e, D: Device> Session<'e, D> {
             poison: options.poison,
             copied_input_bytes: 0,
             host_steps: 0,
+            device_inputs: match inputs {
+                Inputs::Device(t) => t.to_vec(),
+                Inputs::Host(_) => Vec::new(),
+            },
         };
         for step in &exe.schedule.steps {
             if let Step::Input(id) = step {
@@ -417,7 +424,53 @@ impl<'e, D: Device> Session<'e, D> {
                 Step::Library(id) => self.library(dev_, *id)?,
             }
         }
+        self.write_back(dev_)
+    }
+
+    /// Outputs that mutate an input, copied into it after every kernel (in stream order): into
+    /// the session's storage of the input (the caller's memory when it was read in place; a
+    /// later `execute` reads the new values) and, for a device input that was copied in, into
+    /// the caller's tensor too.
+    fn write_back(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        let p = &self.exe.program;
+        for w in &p.writes_back {
+            let Some(input) = (0..p.buffers.len()).map(|i| BufferId(i as u32)).find(
+                |b| matches!(p.buffers[b.index()].kind, BufferKind::Input(k) if k == w.input),
+            ) else {
+                continue;
+            };
+            let src = self.view(dev_, p.outputs[w.output])?;
+            let dst = self.view(dev_, input)?;
+            copy_tensor(dev_, &src, &dst)?;
+            let borrowed = matches!(
+                self.storage[self.home[input.index()]],
+                Storage::Borrowed(..)
+            );
+            if let (false, Some(t)) = (borrowed, self.device_inputs.get(w.input)) {
+                copy_tensor(dev_, &src, t)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Where buffer `id` lies on the device: its first element, shape and strides.
+    fn view(&self, dev_: &D, id: BufferId) -> Result<DeviceTensor, LaunchError> {
+        let buf = &self.exe.program.buffers[id.index()];
+        let sizes = self.sizes(buf)?;
+        let (off, strides) = self.offset_strides(buf)?;
+        let have = self.storage_bytes(id);
+        let size = buf.dtype.size();
+        if self.extent(id)? * size > have {
+            return Err(fail(buf, "a layout exceeds its storage".into()));
+        }
+        let skip = (off.max(0) as usize * size).min(have);
+        Ok(DeviceTensor {
+            address: self.address(id, dev_) + skip as u64,
+            bytes: have - skip,
+            dtype: buf.dtype,
+            shape: sizes.iter().map(|&n| n.max(0) as usize).collect(),
+            strides,
+        })
     }
 
     /// The variant of kernel `ki` to launch at the current sizes and addresses.
@@ -638,26 +691,7 @@ impl<'e, D: Device> Session<'e, D> {
     pub fn output_views(&self, dev_: &mut D) -> Result<Vec<DeviceTensor>, LaunchError> {
         self.check(dev_)?;
         let p = &self.exe.program;
-        let mut views = Vec::with_capacity(p.outputs.len());
-        for &o in &p.outputs {
-            let buf = &p.buffers[o.index()];
-            let sizes = self.sizes(buf)?;
-            let (off, strides) = self.offset_strides(buf)?;
-            let have = self.storage_bytes(o);
-            let size = buf.dtype.size();
-            if self.extent(o)? * size > have {
-                return Err(fail(buf, "an output's layout exceeds its storage".into()));
-            }
-            let skip = (off.max(0) as usize * size).min(have);
-            views.push(DeviceTensor {
-                address: self.address(o, dev_) + skip as u64,
-                bytes: have - skip,
-                dtype: buf.dtype,
-                shape: sizes.iter().map(|&n| n.max(0) as usize).collect(),
-                strides,
-            });
-        }
-        Ok(views)
+        p.outputs.iter().map(|&o| self.view(dev_, o)).collect()
     }
 
     /// The graph's outputs of the last execution, copied to the host.
@@ -718,6 +752,45 @@ fn check_device(t: &DeviceTensor, dtype: DType, sizes: &[i64]) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+/// Copies `src`'s elements into `dst` (same dtype and shape): one device copy when both are
+/// dense in the same order and do not overlap, else through the host (reading `dst` first so
+/// the bytes between its elements stay).
+fn copy_tensor<D: Device>(
+    dev_: &mut D,
+    src: &DeviceTensor,
+    dst: &DeviceTensor,
+) -> Result<(), LaunchError> {
+    let size = src.dtype.size();
+    let numel: usize = src.shape.iter().product();
+    if numel == 0 {
+        return Ok(());
+    }
+    let dense = |t: &DeviceTensor| {
+        let mut want = 1i64;
+        t.shape.iter().zip(&t.strides).rev().all(|(&n, &s)| {
+            let ok = n == 1 || s == want;
+            want *= n as i64;
+            ok
+        })
+    };
+    let bytes = (numel * size) as u64;
+    let apart = src.address + bytes <= dst.address || dst.address + bytes <= src.address;
+    if dense(src) && dense(dst) && apart {
+        return dev(dev_.copy(dst.address, src.address, bytes as usize));
+    }
+    let value = download_strided(dev_, src)?;
+    let last: i64 = dst
+        .shape
+        .iter()
+        .zip(&dst.strides)
+        .map(|(&n, &s)| (n as i64 - 1) * s)
+        .sum();
+    let mut out = vec![0u8; (last as usize + 1) * size];
+    dev(dev_.download(dst.address, &mut out))?;
+    elements::scatter(&mut out, 0, &dst.strides, &value).map_err(LaunchError::Device)?;
+    dev(dev_.upload(dst.address, &out))
 }
 
 /// A device tensor's elements, through its strides, on the host.
