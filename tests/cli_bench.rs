@@ -108,6 +108,10 @@ fn bad_bench_arguments_are_clear_errors() {
             "expected cuda, cpu or auto",
         ),
         (vec!["--sizes", "n=3", "--iters", "0"], "at least 1"),
+        (
+            vec!["--sizes", "n=3", "--device", "cpu", "--cuda-graphs"],
+            "CUDA graphs are the GPU's; the device here is cpu",
+        ),
     ] {
         let mut all = vec!["bench", path.as_str()];
         all.extend(args.iter().copied());

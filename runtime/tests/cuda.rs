@@ -171,3 +171,38 @@ fn bad_sizes_and_indices_are_clean_errors_on_the_gpu() {
     let e = gpu.run(&[], &big, &POISON).unwrap_err();
     assert!(e.to_string().contains("outside its range"), "{e}");
 }
+
+#[test]
+fn a_recorded_call_replays_as_a_cuda_graph() {
+    if !gpu("a_recorded_call_replays_as_a_cuda_graph") {
+        return;
+    }
+    // A decoder layer step (matmuls through cuBLAS, fused kernels) recorded once and replayed.
+    let g = example("llama_decoder_layer.unbacked.json");
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), 3);
+    let inputs = random_inputs(&g, &b, 5, (0, 4));
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let want = reference::run(&g, &inputs, &b).unwrap();
+    let (exe, dev) = gpu.parts();
+    let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+    s.capture(dev).unwrap();
+    for _ in 0..3 {
+        s.replay(dev).unwrap();
+    }
+    for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
+        assert_close("llama decoder layer, CUDA graph replay", got, w);
+    }
+    // A call that reads a data-dependent size back on the host cannot be recorded.
+    let g = example("moe_routing.unbacked.json");
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), 5);
+    let inputs = random_inputs(&g, &b, 6, (0, 4));
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (exe, dev) = gpu.parts();
+    let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+    let e = s.capture(dev).unwrap_err().to_string();
+    assert!(e.contains("runs steps on the host"), "{e}");
+}

@@ -27,6 +27,46 @@ struct Emu {
     names: Vec<String>,
     launches: usize,
     gemms: usize,
+    /// While recording (as a CUDA graph capture does), queued work is kept, not run.
+    recording: Option<Vec<Work>>,
+    recordings: Vec<Vec<Work>>,
+}
+
+/// Device work as a recording keeps it.
+#[derive(Clone)]
+enum Work {
+    Fill(u64, u8, usize),
+    Copy(u64, u64, usize),
+    Launch(usize, u32, u32, Vec<u64>),
+    Gemm(Gemm),
+}
+
+impl Emu {
+    /// Runs `w` now, or keeps it when recording.
+    fn queue(&mut self, w: Work) -> Result<(), String> {
+        if let Some(r) = &mut self.recording {
+            r.push(w);
+            return Ok(());
+        }
+        match w {
+            Work::Fill(dst, byte, len) => {
+                unsafe { std::ptr::write_bytes(dst as *mut u8, byte, len) };
+            }
+            Work::Copy(dst, src, len) => {
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+            }
+            Work::Launch(entry, grid, block, args) => self.run_launch(entry, grid, block, &args)?,
+            Work::Gemm(g) => self.run_gemm(&g),
+        }
+        Ok(())
+    }
+
+    fn no_host_copies_while_recording(&self) -> Result<(), String> {
+        match self.recording {
+            Some(_) => Err("a host copy while recording".into()),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Emu {
@@ -36,6 +76,8 @@ impl Emu {
             names: exe.module.entries.iter().map(|e| e.name.clone()).collect(),
             launches: 0,
             gemms: 0,
+            recording: None,
+            recordings: Vec::new(),
         }
     }
 }
@@ -63,22 +105,52 @@ impl Device for Emu {
         m.as_ptr() as u64
     }
     fn upload(&mut self, dst: u64, bytes: &[u8]) -> Result<(), String> {
+        self.no_host_copies_while_recording()?;
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
         Ok(())
     }
     fn download(&mut self, src: u64, out: &mut [u8]) -> Result<(), String> {
+        self.no_host_copies_while_recording()?;
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
     fn fill(&mut self, dst: u64, byte: u8, len: usize) -> Result<(), String> {
-        unsafe { std::ptr::write_bytes(dst as *mut u8, byte, len) };
-        Ok(())
+        self.queue(Work::Fill(dst, byte, len))
     }
     fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String> {
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
-        Ok(())
+        self.queue(Work::Copy(dst, src, len))
     }
     fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String> {
+        self.queue(Work::Launch(entry, grid, block, args.to_vec()))
+    }
+    fn gemm(&mut self, g: &Gemm) -> Result<(), String> {
+        self.queue(Work::Gemm(g.clone()))
+    }
+    fn begin_capture(&mut self) -> Result<(), String> {
+        self.recording = Some(Vec::new());
+        Ok(())
+    }
+    fn end_capture(&mut self) -> Result<usize, String> {
+        let r = self.recording.take().ok_or("not recording")?;
+        self.recordings.push(r);
+        Ok(self.recordings.len() - 1)
+    }
+    fn replay(&mut self, recording: usize) -> Result<(), String> {
+        for w in self.recordings[recording].clone() {
+            self.queue(w)?;
+        }
+        Ok(())
+    }
+}
+
+impl Emu {
+    fn run_launch(
+        &mut self,
+        entry: usize,
+        grid: u32,
+        block: u32,
+        args: &[u64],
+    ) -> Result<(), String> {
         let mut values = args.to_vec();
         let mut pointers: Vec<*mut c_void> = values
             .iter_mut()
@@ -91,7 +163,7 @@ impl Device for Emu {
         self.launches += 1;
         Ok(())
     }
-    fn gemm(&mut self, g: &Gemm) -> Result<(), String> {
+    fn run_gemm(&mut self, g: &Gemm) {
         // f64 accumulation and one rounding, as the reference does; cuBLAS with f32
         // accumulation lands within the dtype tolerance of it.
         self.gemms += 1;
@@ -116,7 +188,6 @@ impl Device for Emu {
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -477,4 +548,119 @@ fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
         }
         drop((s, keep));
     }
+}
+
+/// `state += delta`, written back into `state`: a step that changes its input each call.
+fn accumulate_graph() -> Graph {
+    Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "accumulate",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
+        "inputs": [{"name": "state", "dtype": "f32", "shape": ["n", 4]},
+                   {"name": "delta", "dtype": "f32", "shape": ["n", 4]}],
+        "nodes": [{"name": "sum", "op": "aten.add.Tensor",
+                   "args": {"self": {"tensor": "state"}, "other": {"tensor": "delta"}}}],
+        "outputs": [{"tensor": "sum", "mutates": "state"}]}"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_recorded_call_replays_with_new_input_values() {
+    let g = accumulate_graph();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("accumulate_replay", &exe);
+    let state: Vec<f64> = (0..20).map(|i| i as f64).collect();
+    let delta: Vec<f64> = (0..20).map(|i| 0.25 * i as f64 - 1.0).collect();
+    let ins = [
+        HostTensor::from_f64(DType::F32, &[5, 4], &state),
+        HostTensor::from_f64(DType::F32, &[5, 4], &delta),
+    ];
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    // Device inputs read in place: the state is written back where it lies.
+    let mut keep = Vec::new();
+    let tensors: Vec<DeviceTensor> = ins
+        .iter()
+        .map(|t| {
+            let bytes = elements::to_bytes(t);
+            let m = dev.alloc(bytes.len(), false).unwrap();
+            dev.upload(dev.address(&m), &bytes).unwrap();
+            let t = DeviceTensor {
+                address: dev.address(&m),
+                bytes: bytes.len(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                strides: vec![4, 1],
+            };
+            keep.push(m);
+            t
+        })
+        .collect();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    let e = s.replay(&mut dev).unwrap_err();
+    assert!(e.to_string().contains("capture first"), "{e}");
+    let read = |dev: &mut Emu, at: u64| {
+        let mut bytes = vec![0u8; 80];
+        dev.download(at, &mut bytes).unwrap();
+        match elements::to_data(&bytes, DType::F32, 20) {
+            guardless_ir::tensor::Data::Float(v) => v,
+            other => panic!("{other:?}"),
+        }
+    };
+    let after = |calls: usize, delta: &[f64]| -> Vec<f64> {
+        (0..20)
+            .map(|i| state[i] + calls as f64 * delta[i])
+            .collect()
+    };
+    // The capture executes once (a call), then records without running anything.
+    s.capture(&mut dev).unwrap();
+    assert_eq!(read(&mut dev, tensors[0].address), after(1, &delta));
+    let launches = dev.launches;
+    assert!(!dev.recordings[0].is_empty());
+    for call in 2..=3 {
+        s.replay(&mut dev).unwrap();
+        assert_eq!(
+            read(&mut dev, tensors[0].address),
+            after(call, &delta),
+            "call {call}"
+        );
+    }
+    assert!(
+        dev.launches > launches,
+        "replays launch the recorded kernels"
+    );
+    // New values in an input read in place: the replay reads them.
+    let doubled: Vec<f64> = delta.iter().map(|d| 2.0 * d).collect();
+    let bytes = elements::to_bytes(&HostTensor::from_f64(DType::F32, &[5, 4], &doubled));
+    dev.upload(tensors[1].address, &bytes).unwrap();
+    s.replay(&mut dev).unwrap();
+    let want: Vec<f64> = (0..20).map(|i| after(3, &delta)[i] + doubled[i]).collect();
+    assert_eq!(read(&mut dev, tensors[0].address), want);
+    // The outputs as the session reports them agree.
+    let out = s.outputs(&mut dev).unwrap();
+    assert_eq!(out[0], HostTensor::from_f64(DType::F32, &[5, 4], &want));
+    drop((s, keep));
+}
+
+#[test]
+fn a_call_with_host_steps_cannot_be_recorded() {
+    let g = example("moe_routing.unbacked");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("moe_routing_capture", &exe);
+    let mut b = Bindings::new();
+    for s in ["n"] {
+        if let Some(id) = g.env.symbol_id(s) {
+            b.set(id, 5);
+        }
+    }
+    let inputs = random_inputs(&g, &b, 3, (0, 4));
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
+    let e = s.capture(&mut dev).unwrap_err().to_string();
+    assert!(
+        e.starts_with("cannot record the call: it runs steps on the host:"),
+        "{e}"
+    );
+    assert!(dev.recording.is_none() && dev.recordings.is_empty());
 }

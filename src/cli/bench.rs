@@ -15,7 +15,7 @@ use guardless_ir::sym::ShapeEnv;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 use guardless_runtime::cuda::{self, CudaProgram};
-use guardless_runtime::launch::{Inputs, Session, SessionOptions};
+use guardless_runtime::launch::{Inputs, LaunchError, Session, SessionOptions};
 use guardless_runtime::specialize::{Specializations, Specialized};
 use serde_json::{json, Value};
 
@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Print the table as JSON (one object per size).
     #[arg(long)]
     json: bool,
+    /// GPU: record each call once as a CUDA graph and time its replays (a decode step's launch
+    /// cost); calls that run steps on the host are executed as usual.
+    #[arg(long)]
+    cuda_graphs: bool,
 }
 
 enum Backend {
@@ -118,7 +122,8 @@ fn time_gpu(
     warmup: usize,
     iters: usize,
     per_event: usize,
-) -> Result<(f64, Vec<HostTensor>), String> {
+    graphs: bool,
+) -> Result<(f64, Vec<HostTensor>, bool), String> {
     let (exe, dev) = gpu.parts();
     let compulsory = bytes(inputs).max(1);
     let copies = (2 * L2_BYTES).div_ceil(compulsory).clamp(1, 64);
@@ -141,6 +146,20 @@ fn time_gpu(
         }
         s.check(dev).map_err(|e| e.to_string())?;
     }
+    let mut replay = graphs;
+    if graphs {
+        for s in &mut sessions {
+            match s.capture(dev) {
+                Ok(()) => {}
+                // Host steps: this call is timed executing.
+                Err(LaunchError::Capture(_)) => {
+                    replay = false;
+                    break;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
     let per_event = per_event.max(1);
     let mut times = Vec::with_capacity(iters);
     let mut next = 0;
@@ -148,7 +167,9 @@ fn time_gpu(
         let mut failed = None;
         let ms = dev.time(|d| {
             for _ in 0..per_event {
-                if let Err(e) = sessions[next % copies].execute(d) {
+                let s = &mut sessions[next % copies];
+                let r = if replay { s.replay(d) } else { s.execute(d) };
+                if let Err(e) = r {
                     failed = Some(e.to_string());
                     break;
                 }
@@ -163,20 +184,30 @@ fn time_gpu(
     }
     let outputs = sessions[0].outputs(dev).map_err(|e| e.to_string())?;
     times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], outputs))
+    Ok((times[times.len() / 2], outputs, replay))
 }
 
-/// The median time of one call (µs) and the outputs.
+/// The median time of one call (µs), the outputs, and whether CUDA graph replays were timed.
 fn time_calls(
     c: &mut Compiled,
     inputs: &[HostTensor],
     a: &BenchArgs,
-) -> Result<(f64, Vec<HostTensor>), String> {
+) -> Result<(f64, Vec<HostTensor>, bool), String> {
     let (warmup, iters) = (a.warmup, a.iters);
     let b =
         reference::bind_inputs(&c.graph, inputs, &Default::default()).map_err(|e| e.to_string())?;
     let cpu = match &mut c.backend {
-        Backend::Cuda(g) => return time_gpu(g, inputs, &b, warmup, iters, a.calls_per_event),
+        Backend::Cuda(g) => {
+            return time_gpu(
+                g,
+                inputs,
+                &b,
+                warmup,
+                iters,
+                a.calls_per_event,
+                a.cuda_graphs,
+            )
+        }
         Backend::Cpu(cpu) => cpu,
     };
     let opts = RunOptions::default();
@@ -209,7 +240,7 @@ fn time_calls(
         last
     };
     times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], outputs))
+    Ok((times[times.len() / 2], outputs, false))
 }
 
 /// The graph's JSON with `name` made backed with hint `v`; with `pin`, also asserted equal to it.
@@ -252,6 +283,11 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
         "auto" | "cpu" => "cpu",
         d => return Err(format!("--device {d}: expected cuda, cpu or auto")),
     };
+    if a.cuda_graphs && device != "cuda" {
+        return Err(format!(
+            "--cuda-graphs: CUDA graphs are the GPU's; the device here is {device}"
+        ));
+    }
     if a.iters == 0 {
         return Err("--iters must be at least 1".into());
     }
@@ -292,7 +328,7 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
         let sel = specs
             .select(&b, |g| compile_graph(g, "the graph", device))
             .map_err(|e| at(e.to_string()))?;
-        let (t_unbacked, outputs) = time_calls(sel.artifact, &inputs, &a).map_err(ctx)?;
+        let (t_unbacked, outputs, replayed) = time_calls(sel.artifact, &inputs, &a).map_err(ctx)?;
         let compulsory = bytes(&inputs) + bytes(&outputs);
         let mut row = json!({
             "size": v,
@@ -300,11 +336,12 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
             "compulsory_bytes": compulsory,
             "gb_per_s": compulsory as f64 / t_unbacked / 1e3,
             "recompiled": sel.recompiled,
+            "cuda_graph_replays": replayed,
         });
         if a.compare_backed {
             for (key, pin) in [("backed", false), ("static", true)] {
                 let mut c = compile(&specialized(&doc, name, v, pin)?, key, device).map_err(ctx)?;
-                let (t, _) = time_calls(&mut c, &inputs, &a).map_err(ctx)?;
+                let (t, _, _) = time_calls(&mut c, &inputs, &a).map_err(ctx)?;
                 row[format!("{key}_us")] = json!(t);
                 row[format!("unbacked_over_{key}")] = json!(t_unbacked / t);
                 row[format!("{key}_compile_s")] = json!(c.seconds);

@@ -65,6 +65,8 @@ pub struct CudaDevice {
     functions: Vec<Option<sys::CUfunction>>,
     blas: Option<blas_sys::cublasHandle_t>,
     pooled: bool,
+    /// Recorded calls (instantiated CUDA graphs); `None` once dropped.
+    graphs: Vec<Option<sys::CUgraphExec>>,
 }
 
 fn err(what: &str, e: impl std::fmt::Debug) -> String {
@@ -116,6 +118,7 @@ impl CudaDevice {
             functions,
             blas: None,
             pooled,
+            graphs: Vec::new(),
         })
     }
 
@@ -195,6 +198,9 @@ impl Drop for CudaDevice {
             return;
         }
         let _ = self.synchronize();
+        for g in self.graphs.drain(..).flatten() {
+            let _ = unsafe { result::graph::exec_destroy(g) };
+        }
         if let Some(h) = self.blas.take() {
             let _ = unsafe { blas::destroy_handle(h) };
         }
@@ -292,6 +298,43 @@ impl Device for CudaDevice {
             )
         }
         .map_err(|e| err("launch", e))
+    }
+
+    fn begin_capture(&mut self) -> Result<(), String> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| err("binding the context", e))?;
+        // Thread-local: other threads' CUDA calls are not this capture's business.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        unsafe { result::stream::begin_capture(self.stream.raw, mode) }
+            .map_err(|e| err("starting a CUDA graph capture", e))
+    }
+
+    fn end_capture(&mut self) -> Result<usize, String> {
+        let graph = unsafe { result::stream::end_capture(self.stream.raw) }
+            .map_err(|e| err("ending the CUDA graph capture", e))?;
+        let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
+        let _ = unsafe { result::graph::destroy(graph) };
+        let exec = exec.map_err(|e| err("instantiating the CUDA graph", e))?;
+        self.graphs.push(Some(exec));
+        Ok(self.graphs.len() - 1)
+    }
+
+    fn replay(&mut self, recording: usize) -> Result<(), String> {
+        let exec = self
+            .graphs
+            .get(recording)
+            .copied()
+            .flatten()
+            .ok_or("no such recording")?;
+        unsafe { result::graph::launch(exec, self.stream.raw) }
+            .map_err(|e| err("launching the CUDA graph", e))
+    }
+
+    fn drop_recording(&mut self, recording: usize) {
+        if let Some(exec) = self.graphs.get_mut(recording).and_then(Option::take) {
+            let _ = unsafe { result::graph::exec_destroy(exec) };
+        }
     }
 
     fn gemm(&mut self, g: &Gemm) -> Result<(), String> {

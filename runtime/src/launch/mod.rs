@@ -39,6 +39,24 @@ pub trait Device {
     fn launch(&mut self, entry: usize, grid: u32, block: u32, args: &[u64]) -> Result<(), String>;
     /// `c = a · b` for each batch (row-major views; see [`Gemm`]).
     fn gemm(&mut self, g: &Gemm) -> Result<(), String>;
+    /// Starts recording the work queued from now on instead of running it (a CUDA graph
+    /// capture); uploads and downloads fail while recording.
+    fn begin_capture(&mut self) -> Result<(), String> {
+        Err("this device cannot record a call".into())
+    }
+    /// Ends the recording (also a failed one): the handle [`Device::replay`] takes.
+    fn end_capture(&mut self) -> Result<usize, String> {
+        Err("this device cannot record a call".into())
+    }
+    /// Queues the recorded work again, as one submission.
+    fn replay(&mut self, recording: usize) -> Result<(), String> {
+        let _ = recording;
+        Err("this device cannot record a call".into())
+    }
+    /// Frees a recording.
+    fn drop_recording(&mut self, recording: usize) {
+        let _ = recording;
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +71,8 @@ pub enum LaunchError {
     },
     #[error("device: {0}")]
     Device(String),
+    #[error("cannot record the call: {0}")]
+    Capture(String),
 }
 
 /// How a kernel parameter gets its value.
@@ -201,6 +221,10 @@ pub struct Session<'e, D: Device> {
     pub copied_input_bytes: usize,
     /// Library steps that ran on the host, in the last execution.
     pub host_steps: usize,
+    /// Their buffers' names and graph nodes (why a call cannot be recorded).
+    host_step_names: Vec<String>,
+    /// The call recorded by [`Session::capture`], for [`Session::replay`].
+    recording: Option<usize>,
     /// The caller's device tensors: an output that mutates an input copied in is written back
     /// to them too.
     device_inputs: Vec<DeviceTensor>,
@@ -254,6 +278,8 @@ impl<'e, D: Device> Session<'e, D> {
             poison: options.poison,
             copied_input_bytes: 0,
             host_steps: 0,
+            host_step_names: Vec::new(),
+            recording: None,
             device_inputs: match inputs {
                 Inputs::Device(t) => t.to_vec(),
                 Inputs::Host(_) => Vec::new(),
@@ -415,6 +441,7 @@ impl<'e, D: Device> Session<'e, D> {
     pub fn execute(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
         self.b = self.given.clone();
         self.host_steps = 0;
+        self.host_step_names.clear();
         let flag = dev_.address(&self.error);
         dev(dev_.fill(flag, 0, 4))?;
         for step in &self.exe.schedule.steps {
@@ -425,6 +452,49 @@ impl<'e, D: Device> Session<'e, D> {
             }
         }
         self.write_back(dev_)
+    }
+
+    /// Records one execution on the device (a CUDA graph) so that [`Session::replay`] queues
+    /// the whole call with one driver call: for decode-like steps repeated at the same sizes,
+    /// where launching each kernel costs more than running it. The session executes once first
+    /// (its storage allocated, every variant chosen at these sizes and addresses; that execution
+    /// is a call, with its effects), then records. A replay reads the inputs where the session
+    /// reads them: device tensors read in place take new values between replays. A call that
+    /// reads results back on the host (data-dependent sizes: nonzero, `.item()`) cannot be
+    /// recorded.
+    pub fn capture(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        self.execute(dev_)?;
+        self.check(dev_)?;
+        if self.host_steps > 0 {
+            return Err(LaunchError::Capture(format!(
+                "it runs steps on the host: {}",
+                self.host_step_names.join("; ")
+            )));
+        }
+        if let Some(old) = self.recording.take() {
+            dev_.drop_recording(old);
+        }
+        dev(dev_.begin_capture())?;
+        let run = self.execute(dev_);
+        let recording = dev(dev_.end_capture())?;
+        match run {
+            Ok(()) => {
+                self.recording = Some(recording);
+                Ok(())
+            }
+            Err(e) => {
+                dev_.drop_recording(recording);
+                Err(LaunchError::Capture(e.to_string()))
+            }
+        }
+    }
+
+    /// Queues the recorded call (see [`Session::capture`]).
+    pub fn replay(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        let r = self
+            .recording
+            .ok_or_else(|| LaunchError::Capture("nothing recorded: call capture first".into()))?;
+        dev(dev_.replay(r))
     }
 
     /// Outputs that mutate an input, copied into it after every kernel (in stream order): into
@@ -583,6 +653,8 @@ impl<'e, D: Device> Session<'e, D> {
         }
         // On the host: the storage it reads comes back, the result goes out.
         self.host_steps += 1;
+        self.host_step_names
+            .push(format!("{} ({})", buf.name, buf.origins.join(", ")));
         let reads = p.library_reads(id);
         let mut values = Vec::with_capacity(reads.len());
         for r in reads {
