@@ -234,3 +234,39 @@ fn a_backed_graph_run_where_its_guard_fails_is_recompiled_and_says_so() {
     assert!(!out.contains("recompile"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn an_output_written_back_into_an_input_says_so() {
+    let dir = std::env::temp_dir().join(format!("guardless-cli-wb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("acc.json");
+    std::fs::write(
+        &path,
+        r#"{"format": "guardless-graph", "version": 1, "name": "accumulate",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
+        "inputs": [{"name": "state", "dtype": "f32", "shape": ["n", 4]},
+                   {"name": "delta", "dtype": "f32", "shape": ["n", 4]}],
+        "nodes": [{"name": "sum", "op": "aten.add.Tensor",
+                   "args": {"self": {"tensor": "state"}, "other": {"tensor": "delta"}}}],
+        "outputs": [{"tensor": "sum", "mutates": "state"}]}"#,
+    )
+    .unwrap();
+    for device in ["cpu", "reference"] {
+        let (ok, out, err) = guardless(&[
+            "run",
+            path.to_str().unwrap(),
+            "--random",
+            "--bind",
+            "n=3",
+            "--device",
+            device,
+        ]);
+        assert!(ok, "{err}");
+        assert!(
+            out.lines().any(|l| l.starts_with("sum: f32[3, 4] ")
+                && l.ends_with("(written back into input 'state')")),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -170,6 +170,9 @@ pub fn run(a: RunArgs) -> Result<String, String> {
     };
     for (k, (name, t)) in names.iter().zip(&outputs).enumerate() {
         let _ = write!(out, "{name}: {}", summary(t));
+        if let Some(i) = graph.outputs[k].mutates {
+            let _ = write!(out, " (written back into input '{}')", graph.inputs[i].name);
+        }
         if let Some(w) = &want {
             let _ = write!(
                 out,
