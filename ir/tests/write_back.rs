@@ -112,3 +112,28 @@ fn a_write_back_of_another_dtype_or_shape_is_an_error_naming_both() {
     let e = g.write_back(&mut ins, &wrong).unwrap_err();
     assert!(e.contains("output 1") && e.contains("'cache'"), "{e}");
 }
+
+#[test]
+fn an_output_in_a_mutated_inputs_storage_is_its_own_copy() {
+    // Outputs are values before the write-back: `x` itself, returned next to its new value,
+    // must not read the written-back storage.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "swap",
+        "symbols": [],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": [3, 3]}],
+        "nodes": [{"name": "t", "op": "aten.permute.default",
+                   "args": {"self": {"tensor": "x"}, "dims": [1, 0]}}],
+        "outputs": [{"tensor": "t", "mutates": "x"}, {"tensor": "x"}]}"#,
+    )
+    .unwrap();
+    let p = lower(&g).unwrap();
+    let second = &p.buffers[p.outputs[1].index()];
+    assert!(
+        matches!(
+            second.kind,
+            guardless_ir::loop_ir::BufferKind::Computed { .. }
+        ),
+        "{:?}",
+        second.kind
+    );
+}

@@ -293,3 +293,34 @@ fn an_output_that_mutates_an_input_is_written_into_the_callers_tensor() {
         }
     }
 }
+
+#[test]
+fn outputs_are_the_values_before_the_write_back() {
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "swap",
+        "symbols": [],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": [3, 3]}],
+        "nodes": [{"name": "t", "op": "aten.permute.default",
+                   "args": {"self": {"tensor": "x"}, "dims": [1, 0]}}],
+        "outputs": [{"tensor": "t", "mutates": "x"}, {"tensor": "x"}]}"#,
+    )
+    .unwrap();
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let x: Vec<f64> = (0..9).map(|i| i as f64).collect();
+    let ins = vec![HostTensor::from_f64(DType::F32, &[3, 3], &x)];
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let want = reference::run(&g, &ins, &b).unwrap();
+    assert_eq!(cpu.run(&ins, &b, &RunOptions::default()).unwrap(), want);
+    // In place: the caller's x is transposed, the second output is x as it was.
+    let mut stored = store(&ins[0], false);
+    let raws = vec![RawTensor {
+        ptr: stored.0.as_mut_ptr(),
+        ..raw(&ins[0], &stored)
+    }];
+    let native = unsafe { cpu.run_raw(&raws, &b, &RunOptions::default()) }.unwrap();
+    assert_eq!(output(&native, 1, &[stored.clone()]), x);
+    let now: Vec<f64> = (0..9)
+        .map(|i| decode(DType::F32, &stored.0[i * 4..]))
+        .collect();
+    assert_eq!(now, values(&want[0]));
+}

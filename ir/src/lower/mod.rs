@@ -231,10 +231,26 @@ impl<'g> Lowerer<'g> {
                     input: k,
                 });
             }
-            let t = self.realize(t, &name);
+            let mut t = self.realize(t, &name);
+            if self.aliases_mutated_input(t.buffer.expect("realized")) {
+                // Outputs are the call's values before the write-back: one that lies in a
+                // mutated input's storage gets its own copy.
+                t.buffer = None;
+                t.strided = None;
+                t = self.realize(t, &name);
+            }
             self.outputs.push(t.buffer.expect("realized"));
         }
         Ok(())
+    }
+
+    /// Whether `b`'s storage is a graph input that some output writes back into.
+    fn aliases_mutated_input(&self, mut b: BufferId) -> bool {
+        while let BufferKind::View { base } = self.buffers[b.index()].kind {
+            b = base;
+        }
+        matches!(self.buffers[b.index()].kind, BufferKind::Input(k)
+            if self.graph.outputs.iter().any(|o| o.mutates == Some(k)))
     }
 
     /// An output written back into input `k` has its dtype and shape (sizes proved equal, or
