@@ -21,6 +21,9 @@ use guardless_ir::tensor::{Data, HostTensor};
 use crate::elements::{self, Either};
 pub use gemm::{Gemm, Operand};
 
+mod capture;
+mod write_back;
+
 /// What a device does for the launcher. Addresses are the device's (`u64`); every kernel
 /// parameter is 8 bytes (a pointer or a `long long`), passed by value in `args`.
 pub trait Device {
@@ -454,75 +457,6 @@ impl<'e, D: Device> Session<'e, D> {
         self.write_back(dev_)
     }
 
-    /// Records one execution on the device (a CUDA graph) so that [`Session::replay`] queues
-    /// the whole call with one driver call: for decode-like steps repeated at the same sizes,
-    /// where launching each kernel costs more than running it. The session executes once first
-    /// (its storage allocated, every variant chosen at these sizes and addresses; that execution
-    /// is a call, with its effects), then records. A replay reads the inputs where the session
-    /// reads them: device tensors read in place take new values between replays. A call that
-    /// reads results back on the host (data-dependent sizes: nonzero, `.item()`) cannot be
-    /// recorded.
-    pub fn capture(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
-        self.execute(dev_)?;
-        self.check(dev_)?;
-        if self.host_steps > 0 {
-            return Err(LaunchError::Capture(format!(
-                "it runs steps on the host: {}",
-                self.host_step_names.join("; ")
-            )));
-        }
-        if let Some(old) = self.recording.take() {
-            dev_.drop_recording(old);
-        }
-        dev(dev_.begin_capture())?;
-        let run = self.execute(dev_);
-        let recording = dev(dev_.end_capture())?;
-        match run {
-            Ok(()) => {
-                self.recording = Some(recording);
-                Ok(())
-            }
-            Err(e) => {
-                dev_.drop_recording(recording);
-                Err(LaunchError::Capture(e.to_string()))
-            }
-        }
-    }
-
-    /// Queues the recorded call (see [`Session::capture`]).
-    pub fn replay(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
-        let r = self
-            .recording
-            .ok_or_else(|| LaunchError::Capture("nothing recorded: call capture first".into()))?;
-        dev(dev_.replay(r))
-    }
-
-    /// Outputs that mutate an input, copied into it after every kernel (in stream order): into
-    /// the session's storage of the input (the caller's memory when it was read in place; a
-    /// later `execute` reads the new values) and, for a device input that was copied in, into
-    /// the caller's tensor too.
-    fn write_back(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
-        let p = &self.exe.program;
-        for w in &p.writes_back {
-            let Some(input) = (0..p.buffers.len()).map(|i| BufferId(i as u32)).find(
-                |b| matches!(p.buffers[b.index()].kind, BufferKind::Input(k) if k == w.input),
-            ) else {
-                continue;
-            };
-            let src = self.view(dev_, p.outputs[w.output])?;
-            let dst = self.view(dev_, input)?;
-            copy_tensor(dev_, &src, &dst)?;
-            let borrowed = matches!(
-                self.storage[self.home[input.index()]],
-                Storage::Borrowed(..)
-            );
-            if let (false, Some(t)) = (borrowed, self.device_inputs.get(w.input)) {
-                copy_tensor(dev_, &src, t)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Where buffer `id` lies on the device: its first element, shape and strides.
     fn view(&self, dev_: &D, id: BufferId) -> Result<DeviceTensor, LaunchError> {
         let buf = &self.exe.program.buffers[id.index()];
@@ -826,47 +760,11 @@ fn check_device(t: &DeviceTensor, dtype: DType, sizes: &[i64]) -> Result<(), Str
     Ok(())
 }
 
-/// Copies `src`'s elements into `dst` (same dtype and shape): one device copy when both are
-/// dense in the same order and do not overlap, else through the host (reading `dst` first so
-/// the bytes between its elements stay).
-fn copy_tensor<D: Device>(
-    dev_: &mut D,
-    src: &DeviceTensor,
-    dst: &DeviceTensor,
-) -> Result<(), LaunchError> {
-    let size = src.dtype.size();
-    let numel: usize = src.shape.iter().product();
-    if numel == 0 {
-        return Ok(());
-    }
-    let dense = |t: &DeviceTensor| {
-        let mut want = 1i64;
-        t.shape.iter().zip(&t.strides).rev().all(|(&n, &s)| {
-            let ok = n == 1 || s == want;
-            want *= n as i64;
-            ok
-        })
-    };
-    let bytes = (numel * size) as u64;
-    let apart = src.address + bytes <= dst.address || dst.address + bytes <= src.address;
-    if dense(src) && dense(dst) && apart {
-        return dev(dev_.copy(dst.address, src.address, bytes as usize));
-    }
-    let value = download_strided(dev_, src)?;
-    let last: i64 = dst
-        .shape
-        .iter()
-        .zip(&dst.strides)
-        .map(|(&n, &s)| (n as i64 - 1) * s)
-        .sum();
-    let mut out = vec![0u8; (last as usize + 1) * size];
-    dev(dev_.download(dst.address, &mut out))?;
-    elements::scatter(&mut out, 0, &dst.strides, &value).map_err(LaunchError::Device)?;
-    dev(dev_.upload(dst.address, &out))
-}
-
 /// A device tensor's elements, through its strides, on the host.
-fn download_strided<D: Device>(dev_: &mut D, t: &DeviceTensor) -> Result<HostTensor, LaunchError> {
+pub(super) fn download_strided<D: Device>(
+    dev_: &mut D,
+    t: &DeviceTensor,
+) -> Result<HostTensor, LaunchError> {
     let sizes: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
     let n = if sizes.iter().any(|&s| s <= 0) {
         0

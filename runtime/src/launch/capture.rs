@@ -1,0 +1,48 @@
+//! Recording a call on the device (CUDA graphs) and replaying it.
+
+use super::{dev, Device, LaunchError, Session};
+
+impl<D: Device> Session<'_, D> {
+    /// Records one execution on the device (a CUDA graph) so that [`Session::replay`] queues
+    /// the whole call with one driver call: for decode-like steps repeated at the same sizes,
+    /// where launching each kernel costs more than running it. The session executes once first
+    /// (its storage allocated, every variant chosen at these sizes and addresses; that execution
+    /// is a call, with its effects), then records. A replay reads the inputs where the session
+    /// reads them: device tensors read in place take new values between replays. A call that
+    /// reads results back on the host (data-dependent sizes: nonzero, `.item()`) cannot be
+    /// recorded.
+    pub fn capture(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        self.execute(dev_)?;
+        self.check(dev_)?;
+        if self.host_steps > 0 {
+            return Err(LaunchError::Capture(format!(
+                "it runs steps on the host: {}",
+                self.host_step_names.join("; ")
+            )));
+        }
+        if let Some(old) = self.recording.take() {
+            dev_.drop_recording(old);
+        }
+        dev(dev_.begin_capture())?;
+        let run = self.execute(dev_);
+        let recording = dev(dev_.end_capture())?;
+        match run {
+            Ok(()) => {
+                self.recording = Some(recording);
+                Ok(())
+            }
+            Err(e) => {
+                dev_.drop_recording(recording);
+                Err(LaunchError::Capture(e.to_string()))
+            }
+        }
+    }
+
+    /// Queues the recorded call (see [`Session::capture`]).
+    pub fn replay(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
+        let r = self
+            .recording
+            .ok_or_else(|| LaunchError::Capture("nothing recorded: call capture first".into()))?;
+        dev(dev_.replay(r))
+    }
+}
