@@ -63,3 +63,21 @@ fn arg_reductions_keep_the_first_best_position_under_lanes() {
         assert_eq!(run(&g, &[2.0, 1.0, f64::NAN, f64::NAN], lanes), 2.0);
     }
 }
+
+#[test]
+fn a_layouts_extent_at_run_time() {
+    use guardless_ir::loop_ir::LayoutValues;
+    let v = |sizes: &[i64], offset: i64, strides: &[i64]| LayoutValues {
+        sizes: sizes.to_vec(),
+        offset,
+        strides: strides.to_vec(),
+    };
+    // One past the last element: 3 + (2-1)·8 + (4-1)·1 + 1.
+    assert_eq!(v(&[2, 4], 3, &[8, 1]).extent(), Ok(15));
+    // Broadcast (stride 0) and empty layouts.
+    assert_eq!(v(&[5, 4], 0, &[0, 1]).extent(), Ok(4));
+    assert_eq!(v(&[0, 4], 7, &[4, 1]).extent(), Ok(0));
+    assert!(v(&[2], 0, &[-1]).extent().unwrap_err().contains("negative"));
+    assert!(v(&[2], -1, &[1]).extent().unwrap_err().contains("negative"));
+    assert!(v(&[1 << 40, 1 << 40], 0, &[1 << 40, 1]).extent().is_err());
+}

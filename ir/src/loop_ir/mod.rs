@@ -10,7 +10,7 @@ mod print;
 pub use body::{BinaryOp, Body, BodyBuilder, Check, Constant, Op, UnaryOp, ValueId};
 
 use crate::graph::DType;
-use crate::sym::{Expr, ShapeEnv};
+use crate::sym::{Bindings, Expr, ShapeEnv, SymError};
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct BufferId(pub u32);
@@ -29,7 +29,48 @@ pub struct Layout {
     pub offset: Expr,
 }
 
+/// A layout's values for one call's bindings (what a backend indexes storage with).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutValues {
+    pub sizes: Vec<i64>,
+    pub offset: i64,
+    pub strides: Vec<i64>,
+}
+
+impl LayoutValues {
+    /// The elements of storage the layout spans, one past its last element (0 when it has
+    /// none); a negative stride or offset, or a span past `i64`, is an error.
+    pub fn extent(&self) -> Result<usize, String> {
+        if self.offset < 0 || self.strides.iter().any(|&s| s < 0) {
+            return Err("a negative stride or offset".into());
+        }
+        if self.sizes.iter().any(|&s| s <= 0) {
+            return Ok(0);
+        }
+        self.sizes
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset + 1, |acc, (&n, &s)| {
+                (n - 1).checked_mul(s).and_then(|d| acc.checked_add(d))
+            })
+            .map(|e| e as usize)
+            .ok_or_else(|| "a layout spanning more than 2^63 elements".into())
+    }
+}
+
 impl Layout {
+    /// Sizes, offset and strides at `b`'s values.
+    pub fn evaluate(&self, env: &ShapeEnv, b: &Bindings) -> Result<LayoutValues, SymError> {
+        let all = |es: &[Expr]| -> Result<Vec<i64>, SymError> {
+            es.iter().map(|&e| env.evaluate(e, b)).collect()
+        };
+        Ok(LayoutValues {
+            sizes: all(&self.sizes)?,
+            offset: env.evaluate(self.offset, b)?,
+            strides: all(&self.strides)?,
+        })
+    }
+
     /// Row-major strides for `sizes`.
     pub fn contiguous(env: &mut ShapeEnv, sizes: &[Expr]) -> Layout {
         let p = env.pool_mut();

@@ -4,7 +4,9 @@
 use guardless_codegen::schedule::Step;
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
-use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Layout, Program};
+use guardless_ir::loop_ir::{
+    Buffer, BufferId, BufferKind, ExternKernel, Layout, LayoutValues, Program,
+};
 use guardless_ir::sym::{Bindings, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
@@ -48,23 +50,20 @@ impl State<'_> {
             .map_err(|x| fail(buf, x.to_string()))
     }
 
+    /// `l` (a layout of `buf`'s storage) at the current values.
+    fn layout(&self, buf: &Buffer, l: &Layout) -> Result<LayoutValues, RunError> {
+        l.evaluate(&self.p.env, &self.b)
+            .map_err(|x| fail(buf, x.to_string()))
+    }
+
     fn sizes(&self, buf: &Buffer) -> Result<Vec<i64>, RunError> {
-        buf.layout
-            .sizes
-            .iter()
-            .map(|&s| self.eval(buf, s))
-            .collect()
+        Ok(self.layout(buf, &buf.layout)?.sizes)
     }
 
     /// Offset and strides of a layout at the current values.
     fn strides(&self, buf: &Buffer, l: &Layout) -> Result<(i64, Vec<i64>), RunError> {
-        let off = self.eval(buf, l.offset)?;
-        let st = l
-            .strides
-            .iter()
-            .map(|&s| self.eval(buf, s))
-            .collect::<Result<_, _>>()?;
-        Ok((off, st))
+        let v = self.layout(buf, l)?;
+        Ok((v.offset, v.strides))
     }
 
     /// Storage for `id` before it is written: at least its extent, in its home block.
@@ -85,20 +84,9 @@ impl State<'_> {
     /// The elements `id`'s layout spans (0 when empty).
     fn extent(&self, id: BufferId) -> Result<usize, RunError> {
         let buf = &self.p.buffers[id.index()];
-        let sizes = self.sizes(buf)?;
-        let (off, strides) = self.strides(buf, &buf.layout)?;
-        let mut extent = off + 1;
-        let mut empty = false;
-        for (&s, &st) in sizes.iter().zip(&strides) {
-            if s <= 0 {
-                empty = true;
-            }
-            extent += (s - 1).max(0) * st.max(0);
-        }
-        if off < 0 || strides.iter().any(|&s| s < 0) {
-            return Err(fail(buf, "a negative stride or offset".into()));
-        }
-        Ok(if empty { 0 } else { extent.max(0) as usize })
+        self.layout(buf, &buf.layout)?
+            .extent()
+            .map_err(|m| fail(buf, m))
     }
 
     /// The symbol table the kernels read, brought up to date with the bindings.

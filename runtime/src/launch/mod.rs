@@ -14,7 +14,7 @@ use guardless_codegen::cuda::{generate, CudaModule, Param};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
-use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Program};
+use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, LayoutValues, Program};
 use guardless_ir::sym::{Bindings, Expr, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
@@ -304,38 +304,26 @@ impl<'e, D: Device> Session<'e, D> {
             .map_err(|x| fail(buf, x.to_string()))
     }
 
-    fn sizes(&self, buf: &Buffer) -> Result<Vec<i64>, LaunchError> {
+    /// `buf`'s layout at the current values.
+    fn layout(&self, buf: &Buffer) -> Result<LayoutValues, LaunchError> {
         buf.layout
-            .sizes
-            .iter()
-            .map(|&s| self.eval(buf, s))
-            .collect()
+            .evaluate(&self.exe.program.env, &self.b)
+            .map_err(|x| fail(buf, x.to_string()))
+    }
+
+    fn sizes(&self, buf: &Buffer) -> Result<Vec<i64>, LaunchError> {
+        Ok(self.layout(buf)?.sizes)
     }
 
     fn offset_strides(&self, buf: &Buffer) -> Result<(i64, Vec<i64>), LaunchError> {
-        let off = self.eval(buf, buf.layout.offset)?;
-        let st = buf
-            .layout
-            .strides
-            .iter()
-            .map(|&s| self.eval(buf, s))
-            .collect::<Result<_, _>>()?;
-        Ok((off, st))
+        let v = self.layout(buf)?;
+        Ok((v.offset, v.strides))
     }
 
     /// The elements `id`'s layout spans (0 when empty).
     fn extent(&self, id: BufferId) -> Result<usize, LaunchError> {
         let buf = &self.exe.program.buffers[id.index()];
-        let sizes = self.sizes(buf)?;
-        let (off, strides) = self.offset_strides(buf)?;
-        if off < 0 || strides.iter().any(|&s| s < 0) {
-            return Err(fail(buf, "a negative stride or offset".into()));
-        }
-        if sizes.iter().any(|&s| s <= 0) {
-            return Ok(0);
-        }
-        let last: i64 = sizes.iter().zip(&strides).map(|(&s, &t)| (s - 1) * t).sum();
-        Ok((off + last + 1) as usize)
+        self.layout(buf)?.extent().map_err(|m| fail(buf, m))
     }
 
     /// The bytes of `id`'s storage (0 before it is allocated).
