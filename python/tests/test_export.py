@@ -134,6 +134,24 @@ class ExportTest(unittest.TestCase):
         torch.testing.assert_close(outs[(16, 4)], eager.k)
         torch.testing.assert_close(outs[(4,)], total)
 
+    def test_a_user_input_mutation_is_marked(self):
+        class Write(torch.nn.Module):
+            def forward(self, cache, pos, new):
+                cache.index_put_((pos,), new)
+                return cache.sum(0)
+
+        cache, pos, new = torch.zeros(8, 4), torch.tensor([1, 6]), torch.randn(2, 4)
+        e = guardless.export(Write(), (cache.clone(), pos, new))
+        mutating = [o for o in e.graph["outputs"] if "mutates" in o]
+        self.assertEqual([o["mutates"] for o in mutating], ["cache"])
+        want_cache = cache.clone()
+        want_sum = Write()(want_cache, pos, new)
+        with tempfile.TemporaryDirectory() as tmp:
+            got = run_guardless(e, [cache, pos, new], tmp)
+        outs = {tuple(t.shape): t for t in got}
+        torch.testing.assert_close(outs[(8, 4)], want_cache)
+        torch.testing.assert_close(outs[(4,)], want_sum)
+
     def test_untranslatable_ops_are_all_listed(self):
         class Odd(torch.nn.Module):
             def forward(self, x):

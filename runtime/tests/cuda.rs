@@ -206,3 +206,46 @@ fn a_recorded_call_replays_as_a_cuda_graph() {
     let e = s.capture(dev).unwrap_err().to_string();
     assert!(e.contains("runs steps on the host"), "{e}");
 }
+
+#[test]
+fn a_kv_cache_on_the_gpu_is_written_back_where_it_lies() {
+    if !gpu("a_kv_cache_on_the_gpu_is_written_back_where_it_lies") {
+        return;
+    }
+    let g = differential::cache_accumulate();
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let ins = differential::cache_accumulate_inputs();
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let (exe, dev) = gpu.parts();
+    // The caller's tensors on the device, row-major: read in place, the cache written in place.
+    let mut keep = Vec::new();
+    let mut tensors = Vec::new();
+    for t in &ins {
+        let bytes = guardless_runtime::elements::to_bytes(t);
+        let m = dev.alloc(bytes.len(), false).unwrap();
+        dev.upload(dev.address(&m), &bytes).unwrap();
+        let mut strides = vec![1i64; t.shape.len()];
+        for d in (0..t.shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * t.shape[d + 1] as i64;
+        }
+        tensors.push(guardless_runtime::launch::DeviceTensor {
+            address: dev.address(&m),
+            bytes: bytes.len(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            strides,
+        });
+        keep.push(m);
+    }
+    let mut s = Session::new(dev, exe, Inputs::Device(&tensors), &b, &POISON).unwrap();
+    assert_eq!(s.copied_input_bytes, 0);
+    for call in 1..=2 {
+        s.execute(dev).unwrap();
+        s.check(dev).unwrap();
+        let mut bytes = vec![0u8; 256];
+        dev.download(tensors[0].address, &mut bytes).unwrap();
+        let got = guardless_runtime::elements::to_data(&bytes, DType::F32, 64);
+        assert_eq!(got, differential::cache_after(call).data, "call {call}");
+    }
+    drop((s, keep));
+}
