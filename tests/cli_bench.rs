@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, guarded_broadcast_graph, guardless};
+use common::{example, guardless, test_graph};
 
 #[test]
 fn one_compile_timed_at_every_size_against_specialized_compiles() {
@@ -57,7 +57,7 @@ fn one_compile_timed_at_every_size_against_specialized_compiles() {
 
 #[test]
 fn a_backed_graph_recompiles_where_its_guard_fails_and_counts_it() {
-    let (dir, path) = guarded_broadcast_graph("cli-bench-guard");
+    let path = test_graph("guarded_broadcast.json");
     let args = [
         "bench",
         &path,
@@ -92,7 +92,6 @@ fn a_backed_graph_recompiles_where_its_guard_fails_and_counts_it() {
     assert_eq!(recompiled[0], &serde_json::Value::Null);
     assert_eq!(recompiled[1], "s1 == 1");
     assert!(recompiled[2].is_null() && recompiled[3].is_null(), "{out}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{example, guarded_broadcast_graph, guardless};
+use common::{example, guardless, test_graph};
 
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::reference;
@@ -216,7 +216,8 @@ fn bad_run_requests_are_clear_errors() {
 
 #[test]
 fn a_backed_graph_run_where_its_guard_fails_is_recompiled_and_says_so() {
-    let (dir, path) = guarded_broadcast_graph("cli-run-guard");
+    // With s1's example value 1, `x + y` broadcasts y and guards s1 == 1.
+    let path = test_graph("guarded_broadcast.json");
     let run = |bind: &str| {
         let (ok, out, err) = guardless(&[
             "run", &path, "--random", "--bind", bind, "--device", "cpu", "--check",
@@ -232,34 +233,14 @@ fn a_backed_graph_run_where_its_guard_fails_is_recompiled_and_says_so() {
     );
     let out = run("s0=5,s1=1");
     assert!(!out.contains("recompile"), "{out}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn an_output_written_back_into_an_input_says_so() {
-    let dir = std::env::temp_dir().join(format!("guardless-cli-wb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("acc.json");
-    std::fs::write(
-        &path,
-        r#"{"format": "guardless-graph", "version": 1, "name": "accumulate",
-        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
-        "inputs": [{"name": "state", "dtype": "f32", "shape": ["n", 4]},
-                   {"name": "delta", "dtype": "f32", "shape": ["n", 4]}],
-        "nodes": [{"name": "sum", "op": "aten.add.Tensor",
-                   "args": {"self": {"tensor": "state"}, "other": {"tensor": "delta"}}}],
-        "outputs": [{"tensor": "sum", "mutates": "state"}]}"#,
-    )
-    .unwrap();
+    let path = test_graph("accumulate_written_back.json");
     for device in ["cpu", "reference"] {
         let (ok, out, err) = guardless(&[
-            "run",
-            path.to_str().unwrap(),
-            "--random",
-            "--bind",
-            "n=3",
-            "--device",
-            device,
+            "run", &path, "--random", "--bind", "n=3", "--device", device,
         ]);
         assert!(ok, "{err}");
         assert!(
@@ -268,5 +249,4 @@ fn an_output_written_back_into_an_input_says_so() {
             "{out}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

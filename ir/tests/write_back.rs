@@ -1,6 +1,8 @@
 //! Outputs that `mutates` an input: lowering records the write-back (and checks dtype and
 //! shape), the text form shows it, and `Graph::write_back` applies it.
 
+mod differential;
+
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::loop_ir::WriteBack;
 use guardless_ir::lower::lower;
@@ -117,15 +119,7 @@ fn a_write_back_of_another_dtype_or_shape_is_an_error_naming_both() {
 fn an_output_in_a_mutated_inputs_storage_is_its_own_copy() {
     // Outputs are values before the write-back: `x` itself, returned next to its new value,
     // must not read the written-back storage.
-    let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "swap",
-        "symbols": [],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": [3, 3]}],
-        "nodes": [{"name": "t", "op": "aten.permute.default",
-                   "args": {"self": {"tensor": "x"}, "dims": [1, 0]}}],
-        "outputs": [{"tensor": "t", "mutates": "x"}, {"tensor": "x"}]}"#,
-    )
-    .unwrap();
+    let g = differential::test_graph("transpose_written_back.json");
     let p = lower(&g).unwrap();
     let second = &p.buffers[p.outputs[1].index()];
     assert!(

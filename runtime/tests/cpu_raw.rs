@@ -296,15 +296,7 @@ fn an_output_that_mutates_an_input_is_written_into_the_callers_tensor() {
 
 #[test]
 fn outputs_are_the_values_before_the_write_back() {
-    let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "swap",
-        "symbols": [],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": [3, 3]}],
-        "nodes": [{"name": "t", "op": "aten.permute.default",
-                   "args": {"self": {"tensor": "x"}, "dims": [1, 0]}}],
-        "outputs": [{"tensor": "t", "mutates": "x"}, {"tensor": "x"}]}"#,
-    )
-    .unwrap();
+    let g = differential::test_graph("transpose_written_back.json");
     let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
     let x: Vec<f64> = (0..9).map(|i| i as f64).collect();
     let ins = vec![HostTensor::from_f64(DType::F32, &[3, 3], &x)];

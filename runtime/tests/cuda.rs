@@ -43,6 +43,17 @@ fn example(file: &str) -> Graph {
 
 const POISON: SessionOptions = SessionOptions { poison: true };
 
+/// Example `file` compiled for the GPU, with random inputs at `n` (seeded) and their bindings.
+fn at_size(file: &str, n: i64, seed: u64) -> (Graph, CudaProgram, Vec<HostTensor>, Bindings) {
+    let g = example(file);
+    let gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), n);
+    let inputs = random_inputs(&g, &b, seed, (0, 4));
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    (g, gpu, inputs, b)
+}
+
 #[test]
 fn every_example_matches_the_reference_at_every_size() {
     if !gpu("every_example_matches_the_reference_at_every_size") {
@@ -154,13 +165,8 @@ fn bad_sizes_and_indices_are_clean_errors_on_the_gpu() {
     if !gpu("bad_sizes_and_indices_are_clean_errors_on_the_gpu") {
         return;
     }
-    let g = example("rotary_embedding.unbacked.json");
-    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    let (g, mut gpu, mut inputs, b) = at_size("rotary_embedding.unbacked.json", 5, 3);
     let n_id = g.env.symbol_id("n").unwrap();
-    let mut b = Bindings::new();
-    b.set(n_id, 5);
-    let mut inputs = random_inputs(&g, &b, 3, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let mut p: Vec<i64> = (0..5).map(|i| inputs[1].get_f64(i) as i64).collect();
     p[3] = 5000; // past the 2048-entry cache
     inputs[1] = HostTensor::from_i64(DType::I64, &[5], &p);
@@ -178,12 +184,7 @@ fn a_recorded_call_replays_as_a_cuda_graph() {
         return;
     }
     // A decoder layer step (matmuls through cuBLAS, fused kernels) recorded once and replayed.
-    let g = example("llama_decoder_layer.unbacked.json");
-    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), 3);
-    let inputs = random_inputs(&g, &b, 5, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (g, mut gpu, inputs, b) = at_size("llama_decoder_layer.unbacked.json", 3, 5);
     let want = reference::run(&g, &inputs, &b).unwrap();
     let (exe, dev) = gpu.parts();
     let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
@@ -195,12 +196,7 @@ fn a_recorded_call_replays_as_a_cuda_graph() {
         assert_close("llama decoder layer, CUDA graph replay", got, w);
     }
     // A call that reads a data-dependent size back on the host cannot be recorded.
-    let g = example("moe_routing.unbacked.json");
-    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), 5);
-    let inputs = random_inputs(&g, &b, 6, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (_, mut gpu, inputs, b) = at_size("moe_routing.unbacked.json", 5, 6);
     let (exe, dev) = gpu.parts();
     let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
     let e = s.capture(dev).unwrap_err().to_string();

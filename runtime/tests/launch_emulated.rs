@@ -16,7 +16,7 @@ use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
-use guardless_ir::tensor::HostTensor;
+use guardless_ir::tensor::{Data, HostTensor};
 use guardless_runtime::elements::{self, Either};
 use guardless_runtime::launch::{
     Device, DeviceTensor, Executable, Gemm, Inputs, LaunchError, Session, SessionOptions,
@@ -212,6 +212,43 @@ fn run(
     Ok((out, s.host_steps, s.copied_input_bytes))
 }
 
+/// `t` on the "device": its storage (to keep while it is used) and the tensor — row-major, or
+/// (`transposed`, 2-D) the same values stored column-major.
+fn to_device(dev: &mut Emu, t: &HostTensor, transposed: bool) -> (Vec<u128>, DeviceTensor) {
+    let (index, strides): (Box<dyn Fn(usize) -> usize>, Vec<i64>) = if transposed {
+        let (r, c) = (t.shape[0], t.shape[1]);
+        (Box::new(move |i| (i % r) * c + i / r), vec![1, r as i64])
+    } else {
+        let mut st = vec![1i64; t.shape.len()];
+        for d in (0..t.shape.len().saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * t.shape[d + 1] as i64;
+        }
+        (Box::new(|i| i), st)
+    };
+    let n = t.numel();
+    let stored = match &t.data {
+        Data::Int(v) => {
+            let v: Vec<i64> = (0..n).map(|i| v[index(i)]).collect();
+            HostTensor::from_i64(t.dtype, &[n], &v)
+        }
+        Data::Float(v) => {
+            let v: Vec<f64> = (0..n).map(|i| v[index(i)]).collect();
+            HostTensor::from_f64(t.dtype, &[n], &v)
+        }
+    };
+    let bytes = elements::to_bytes(&stored);
+    let m = dev.alloc(bytes.len(), false).unwrap();
+    dev.upload(dev.address(&m), &bytes).unwrap();
+    let tensor = DeviceTensor {
+        address: dev.address(&m),
+        bytes: bytes.len(),
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        strides,
+    };
+    (m, tensor)
+}
+
 #[test]
 fn examples_match_the_reference_through_the_launcher() {
     for name in [
@@ -307,26 +344,8 @@ fn device_inputs_are_read_in_place_when_their_layout_is_the_graphs() {
     let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
     let want = reference::run(&g, &inputs, &b).unwrap();
     // Each input on the "device", row-major; the first also transposed in storage.
-    let mut keep = Vec::new();
-    let mut contiguous = Vec::new();
-    for t in &inputs {
-        let bytes = elements::to_bytes(t);
-        let mut m = dev.alloc(bytes.len(), false).unwrap();
-        let a = dev.address(&m);
-        dev.upload(a, &bytes).unwrap();
-        let mut strides = vec![1i64; t.shape.len()];
-        for d in (0..t.shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * t.shape[d + 1] as i64;
-        }
-        contiguous.push(DeviceTensor {
-            address: a,
-            bytes: bytes.len(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            strides,
-        });
-        keep.push(std::mem::take(&mut m));
-    }
+    let (mut keep, contiguous): (Vec<_>, Vec<_>) =
+        inputs.iter().map(|t| to_device(&mut dev, t, false)).unzip();
     let (got, _, copied) = run(&mut dev, &exe, Inputs::Device(&contiguous), &b).unwrap();
     assert_eq!(copied, 0, "contiguous device inputs were copied");
     for (gt, w) in got.iter().zip(&want) {
@@ -335,20 +354,10 @@ fn device_inputs_are_read_in_place_when_their_layout_is_the_graphs() {
     // x [n, h] stored column-major: the same values, another layout; copied once.
     let x = &inputs[0];
     let (rows, cols) = (x.shape[0], x.shape[1]);
-    let values: Vec<f64> = (0..rows * cols)
-        .map(|i| x.get_f64((i % rows) * cols + i / rows))
-        .collect();
-    let bytes = elements::to_bytes(&HostTensor::from_f64(x.dtype, &[cols, rows], &values));
-    let m = dev.alloc(bytes.len(), false).unwrap();
-    dev.upload(dev.address(&m), &bytes).unwrap();
+    let (m, column_major) = to_device(&mut dev, x, true);
+    keep.push(m);
     let mut strided = contiguous.clone();
-    strided[0] = DeviceTensor {
-        address: dev.address(&m),
-        bytes: bytes.len(),
-        dtype: x.dtype,
-        shape: x.shape.clone(),
-        strides: vec![1, rows as i64],
-    };
+    strided[0] = column_major;
     let (got, _, copied) = run(&mut dev, &exe, Inputs::Device(&strided), &b).unwrap();
     assert_eq!(copied, rows * cols * x.dtype.size());
     for (gt, w) in got.iter().zip(&want) {
@@ -493,44 +502,11 @@ fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
     // Device inputs: the caller's cache is written — in place when row-major, through its
     // strides when column-major (copied in, then written back).
     for transposed in [false, true] {
-        let mut keep = Vec::new();
-        let mut tensors = Vec::new();
-        for (k, t) in ins.iter().enumerate() {
-            let (shape, strides, values): (Vec<usize>, Vec<i64>, Vec<f64>) = if transposed && k == 0
-            {
-                let (r, c) = (t.shape[0], t.shape[1]);
-                let v = (0..r * c).map(|i| t.get_f64((i % r) * c + i / r)).collect();
-                (t.shape.clone(), vec![1, r as i64], v)
-            } else {
-                let mut st = vec![1i64; t.shape.len()];
-                for d in (0..t.shape.len().saturating_sub(1)).rev() {
-                    st[d] = st[d + 1] * t.shape[d + 1] as i64;
-                }
-                (
-                    t.shape.clone(),
-                    st,
-                    (0..t.numel()).map(|i| t.get_f64(i)).collect(),
-                )
-            };
-            let stored = match t.dtype {
-                DType::I64 => {
-                    let v: Vec<i64> = values.iter().map(|&x| x as i64).collect();
-                    HostTensor::from_i64(t.dtype, &[v.len()], &v)
-                }
-                d => HostTensor::from_f64(d, &[values.len()], &values),
-            };
-            let bytes = elements::to_bytes(&stored);
-            let m = dev.alloc(bytes.len(), false).unwrap();
-            dev.upload(dev.address(&m), &bytes).unwrap();
-            tensors.push(DeviceTensor {
-                address: dev.address(&m),
-                bytes: bytes.len(),
-                dtype: t.dtype,
-                shape,
-                strides,
-            });
-            keep.push(m);
-        }
+        let (keep, tensors): (Vec<_>, Vec<_>) = ins
+            .iter()
+            .enumerate()
+            .map(|(k, t)| to_device(&mut dev, t, transposed && k == 0))
+            .unzip();
         let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
         assert_eq!(s.copied_input_bytes, if transposed { 256 } else { 0 });
         for call in 1..=2 {
@@ -550,23 +526,10 @@ fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
     }
 }
 
-/// `state += delta`, written back into `state`: a step that changes its input each call.
-fn accumulate_graph() -> Graph {
-    Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "accumulate",
-        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
-        "inputs": [{"name": "state", "dtype": "f32", "shape": ["n", 4]},
-                   {"name": "delta", "dtype": "f32", "shape": ["n", 4]}],
-        "nodes": [{"name": "sum", "op": "aten.add.Tensor",
-                   "args": {"self": {"tensor": "state"}, "other": {"tensor": "delta"}}}],
-        "outputs": [{"tensor": "sum", "mutates": "state"}]}"#,
-    )
-    .unwrap()
-}
-
 #[test]
 fn a_recorded_call_replays_with_new_input_values() {
-    let g = accumulate_graph();
+    // `state += delta`, written back into `state`: a step that changes its input each call.
+    let g = differential::test_graph("accumulate_written_back.json");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("accumulate_replay", &exe);
     let state: Vec<f64> = (0..20).map(|i| i as f64).collect();
@@ -577,24 +540,8 @@ fn a_recorded_call_replays_with_new_input_values() {
     ];
     let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
     // Device inputs read in place: the state is written back where it lies.
-    let mut keep = Vec::new();
-    let tensors: Vec<DeviceTensor> = ins
-        .iter()
-        .map(|t| {
-            let bytes = elements::to_bytes(t);
-            let m = dev.alloc(bytes.len(), false).unwrap();
-            dev.upload(dev.address(&m), &bytes).unwrap();
-            let t = DeviceTensor {
-                address: dev.address(&m),
-                bytes: bytes.len(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                strides: vec![4, 1],
-            };
-            keep.push(m);
-            t
-        })
-        .collect();
+    let (keep, tensors): (Vec<_>, Vec<_>) =
+        ins.iter().map(|t| to_device(&mut dev, t, false)).unzip();
     let options = SessionOptions { poison: true };
     let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
     let e = s.replay(&mut dev).unwrap_err();

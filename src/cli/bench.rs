@@ -79,8 +79,8 @@ impl Compiled {
 impl Specialized for Compiled {
     fn env(&self) -> &ShapeEnv {
         match &self.backend {
-            Backend::Cpu(c) => &c.program.env,
-            Backend::Cuda(g) => &g.exe.program.env,
+            Backend::Cpu(c) => c.env(),
+            Backend::Cuda(g) => g.env(),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use guardless_ir::graph::{Graph, Producer};
+use guardless_ir::loop_ir::Program;
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::{Data, HostTensor};
@@ -15,7 +16,7 @@ use guardless_ir::tensor_io;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 use guardless_runtime::cuda::{self, CudaProgram};
 use guardless_runtime::launch::SessionOptions;
-use guardless_runtime::specialize::Specializations;
+use guardless_runtime::specialize::{Specializations, Specialized};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -105,16 +106,9 @@ pub fn run(a: RunArgs) -> Result<String, String> {
             cpu.schedule.kernels.len()
         );
         let mut specs = Specializations::new(graph.clone(), cpu);
-        let sel = specs
-            .select(&bindings, |g| {
-                CpuProgram::compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())
-            })
-            .map_err(|e| ctx(e.to_string()))?;
-        note_recompile(&mut out, &sel.recompiled);
+        let cpu = specialized(&mut out, &mut specs, &bindings, CpuProgram::compile).map_err(ctx)?;
         let start = Instant::now();
-        let outputs = sel
-            .artifact
+        let outputs = cpu
             .run(&inputs, &bindings, &RunOptions::default())
             .map_err(|e| ctx(e.to_string()))?;
         (outputs, start.elapsed(), "cpu")
@@ -144,16 +138,10 @@ pub fn run(a: RunArgs) -> Result<String, String> {
             }
         );
         let mut specs = Specializations::new(graph.clone(), gpu);
-        let sel = specs
-            .select(&bindings, |g| {
-                CudaProgram::compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())
-            })
-            .map_err(|e| ctx(e.to_string()))?;
-        note_recompile(&mut out, &sel.recompiled);
+        let gpu =
+            specialized(&mut out, &mut specs, &bindings, CudaProgram::compile).map_err(ctx)?;
         let start = Instant::now();
-        let outputs = sel
-            .artifact
+        let outputs = gpu
             .run(&inputs, &bindings, &SessionOptions::default())
             .map_err(|e| ctx(e.to_string()))?;
         (outputs, start.elapsed(), "cuda")
@@ -195,14 +183,27 @@ pub fn run(a: RunArgs) -> Result<String, String> {
     Ok(out)
 }
 
-/// A backed compile whose guard the call's sizes break is compiled again for them; say so.
-fn note_recompile(out: &mut String, failed: &Option<String>) {
-    if let Some(guard) = failed {
+/// The specialization of `specs` for the call's `bindings`: a backed compile whose guard they
+/// break is compiled again for them (lowered, then `compile`), and `out` says so.
+fn specialized<'s, A: Specialized, E: std::fmt::Display>(
+    out: &mut String,
+    specs: &'s mut Specializations<A>,
+    bindings: &Bindings,
+    compile: impl FnOnce(Program) -> Result<A, E>,
+) -> Result<&'s mut A, String> {
+    let sel = specs
+        .select(bindings, |g| {
+            compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(guard) = &sel.recompiled {
         let _ = writeln!(
             out,
             "guard `{guard}` failed for these sizes: recompiled for them (1 recompile)"
         );
     }
+    Ok(sel.artifact)
 }
 
 pub(super) fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, String> {

@@ -22,25 +22,7 @@ pub fn example(name: &str) -> String {
     format!("{}/examples/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Writes a graph `x + y` over [s0, 4] and [s1, 4] with backed sizes into a fresh directory
-/// named after `tag`: s1's example value 1 makes lowering broadcast y and guard `s1 == 1`.
-/// Returns (directory, graph path).
-pub fn guarded_broadcast_graph(tag: &str) -> (std::path::PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!("guardless-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("bcast.json");
-    std::fs::write(
-        &path,
-        r#"{"format": "guardless-graph", "version": 1, "name": "bcast",
-        "symbols": [{"name": "s0", "kind": "backed", "hint": 6, "min": 1, "max": 1000},
-                    {"name": "s1", "kind": "backed", "hint": 1, "min": 1, "max": 1000}],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": ["s0", 4]},
-                   {"name": "y", "dtype": "f32", "shape": ["s1", 4]}],
-        "nodes": [{"name": "out", "op": "aten.add.Tensor",
-                   "args": {"self": {"tensor": "x"}, "other": {"tensor": "y"}}}],
-        "outputs": [{"tensor": "out"}]}"#,
-    )
-    .unwrap();
-    let path = path.to_str().unwrap().to_string();
-    (dir, path)
+/// The path of `tests/graphs/NAME` (graphs the tests of several crates share).
+pub fn test_graph(name: &str) -> String {
+    format!("{}/tests/graphs/{name}", env!("CARGO_MANIFEST_DIR"))
 }

@@ -150,15 +150,12 @@ impl Program {
             .collect();
         let _ = writeln!(out, "outputs: {}", outs.join(", "));
         for w in &self.writes_back {
-            let input = self
-                .buffers
-                .iter()
-                .find(|b| matches!(b.kind, super::BufferKind::Input(k) if k == w.input));
+            let input = self.input_buffer(w.input);
             let _ = writeln!(
                 out,
                 "write back: {} -> {}",
                 outs[w.output],
-                input.map_or("?", |b| b.name.as_str())
+                input.map_or("?", |b| self.buffers[b.index()].name.as_str())
             );
         }
         out

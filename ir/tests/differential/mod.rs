@@ -301,3 +301,9 @@ pub fn cache_after(calls: usize) -> HostTensor {
     }
     ins.swap_remove(0)
 }
+
+/// A graph of `tests/graphs/` (small graphs the tests of several crates share).
+pub fn test_graph(name: &str) -> Graph {
+    let path = format!("{}/../tests/graphs/{name}", env!("CARGO_MANIFEST_DIR"));
+    Graph::from_json(&std::fs::read_to_string(&path).expect(&path)).expect(&path)
+}

@@ -280,19 +280,8 @@ impl CompiledGpuGraph {
         // Each output's storage from its first element to the last its strides reach.
         let spans: Vec<usize> = views
             .iter()
-            .map(|v| {
-                if v.shape.contains(&0) {
-                    return 0;
-                }
-                let last: i64 = v
-                    .shape
-                    .iter()
-                    .zip(&v.strides)
-                    .map(|(&n, &st)| (n as i64 - 1) * st)
-                    .sum();
-                (last as usize + 1) * v.dtype.size()
-            })
-            .collect();
+            .map(|v| v.extent().map(|n| n * v.dtype.size()).map_err(fail))
+            .collect::<PyResult<_>>()?;
         let buffers: Vec<usize> = alloc.call1((spans.clone(),))?.extract()?;
         if buffers.len() != views.len() {
             return Err(fail(format!(

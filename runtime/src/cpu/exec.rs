@@ -257,6 +257,9 @@ impl Session<'_> {
     fn write_back(&mut self) -> Result<(), RunError> {
         let p = self.st.p;
         for w in &p.writes_back {
+            let Some(id) = p.input_buffer(w.input) else {
+                continue;
+            };
             let out = p.outputs[w.output];
             // Read whole first: the output may share storage with the input.
             let (shape, data) = self.st.elements(out)?;
@@ -264,11 +267,6 @@ impl Session<'_> {
                 dtype: p.buffers[out.index()].dtype,
                 shape,
                 data,
-            };
-            let Some(id) = (0..p.buffers.len()).map(|i| BufferId(i as u32)).find(
-                |b| matches!(p.buffers[b.index()].kind, BufferKind::Input(k) if k == w.input),
-            ) else {
-                continue;
             };
             let buf = &p.buffers[id.index()];
             let (off, strides) = self.st.strides(buf, &buf.layout)?;

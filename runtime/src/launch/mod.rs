@@ -188,6 +188,18 @@ pub struct DeviceTensor {
     pub strides: Vec<i64>,
 }
 
+impl DeviceTensor {
+    /// Elements from `address` to one past the last its strides reach (0 when empty).
+    pub fn extent(&self) -> Result<usize, String> {
+        LayoutValues {
+            sizes: self.shape.iter().map(|&n| n as i64).collect(),
+            offset: 0,
+            strides: self.strides.clone(),
+        }
+        .extent()
+    }
+}
+
 /// A call's inputs.
 #[derive(Clone, Copy)]
 pub enum Inputs<'a> {
@@ -729,21 +741,12 @@ fn check_device(t: &DeviceTensor, dtype: DType, sizes: &[i64]) -> Result<(), Str
     if shape != sizes || t.strides.len() != shape.len() {
         return Err(format!("shape {shape:?}, expected {sizes:?}"));
     }
-    if shape.iter().all(|&s| s > 0) {
-        if t.strides.iter().any(|&s| s < 0) {
-            return Err("a negative stride".into());
-        }
-        let last: i64 = shape
-            .iter()
-            .zip(&t.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum();
-        if (last as usize + 1) * dtype.size() > t.bytes {
-            return Err(format!(
-                "strides {:?} reach past its {} bytes",
-                t.strides, t.bytes
-            ));
-        }
+    // An empty tensor reads nothing: its strides do not matter.
+    if shape.iter().all(|&s| s > 0) && t.extent()? * dtype.size() > t.bytes {
+        return Err(format!(
+            "strides {:?} reach past its {} bytes",
+            t.strides, t.bytes
+        ));
     }
     Ok(())
 }
@@ -754,15 +757,7 @@ pub(super) fn download_strided<D: Device>(
     t: &DeviceTensor,
 ) -> Result<HostTensor, LaunchError> {
     let sizes: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
-    let n = if sizes.iter().any(|&s| s <= 0) {
-        0
-    } else {
-        1 + sizes
-            .iter()
-            .zip(&t.strides)
-            .map(|(&n, &s)| (n - 1) * s)
-            .sum::<i64>() as usize
-    };
+    let n = t.extent().map_err(LaunchError::Device)?;
     let mut bytes = vec![0u8; n * t.dtype.size()];
     if !bytes.is_empty() {
         dev(dev_.download(t.address, &mut bytes))?;

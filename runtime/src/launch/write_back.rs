@@ -1,7 +1,5 @@
 //! Outputs that mutate an input, written back into it after the call's kernels.
 
-use guardless_ir::loop_ir::{BufferId, BufferKind};
-
 use super::{dev, download_strided, Device, DeviceTensor, LaunchError, Session, Storage};
 use crate::elements;
 
@@ -13,9 +11,7 @@ impl<D: Device> Session<'_, D> {
     pub(super) fn write_back(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
         let p = &self.exe.program;
         for w in &p.writes_back {
-            let Some(input) = (0..p.buffers.len()).map(|i| BufferId(i as u32)).find(
-                |b| matches!(p.buffers[b.index()].kind, BufferKind::Input(k) if k == w.input),
-            ) else {
+            let Some(input) = p.input_buffer(w.input) else {
                 continue;
             };
             let src = self.view(dev_, p.outputs[w.output])?;
@@ -60,13 +56,7 @@ fn copy_tensor<D: Device>(
         return dev(dev_.copy(dst.address, src.address, bytes as usize));
     }
     let value = download_strided(dev_, src)?;
-    let last: i64 = dst
-        .shape
-        .iter()
-        .zip(&dst.strides)
-        .map(|(&n, &s)| (n as i64 - 1) * s)
-        .sum();
-    let mut out = vec![0u8; (last as usize + 1) * size];
+    let mut out = vec![0u8; dst.extent().map_err(LaunchError::Device)? * size];
     dev(dev_.download(dst.address, &mut out))?;
     elements::scatter(&mut out, 0, &dst.strides, &value).map_err(LaunchError::Device)?;
     dev(dev_.upload(dst.address, &out))

@@ -387,6 +387,14 @@ impl Program {
     }
 
     /// The buffer whose storage `id` uses (itself unless it is a view).
+    /// The buffer of graph input `k` (none when the lowering dropped it).
+    pub fn input_buffer(&self, k: usize) -> Option<BufferId> {
+        self.buffers
+            .iter()
+            .position(|b| matches!(b.kind, BufferKind::Input(i) if i == k))
+            .map(|i| BufferId(i as u32))
+    }
+
     pub fn storage_root(&self, mut id: BufferId) -> BufferId {
         while let BufferKind::View { base } = self.buffers[id.index()].kind {
             id = base;
