@@ -10,7 +10,7 @@ mod emu;
 
 use std::ffi::c_void;
 
-use differential::assert_close;
+use differential::{assert_close, random_inputs};
 use emu::{build, Compiled};
 use guardless_codegen::cuda::{generate, CudaModule, Param};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
@@ -319,19 +319,7 @@ fn generated_kernels_match_the_reference_in_emulation() {
         for &(seed, n) in sizes {
             let mut b = Bindings::new();
             b.set(g.env.symbol_id("n").unwrap(), n);
-            let inputs: Vec<HostTensor> = g
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(k, inp)| {
-                    let shape: Vec<usize> = inp
-                        .shape
-                        .iter()
-                        .map(|&d| g.env.evaluate(d, &b).unwrap() as usize)
-                        .collect();
-                    HostTensor::random(inp.dtype, &shape, seed * 31 + k as u64, (0, 4))
-                })
-                .collect();
+            let inputs = random_inputs(&g, &b, seed, (0, 4));
             let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
             let want = reference::run(&g, &inputs, &b).unwrap();
             let got = run(&mut p, &s, &m, &c, &inputs, &b, &|_| None);
