@@ -47,10 +47,7 @@ const POISON: SessionOptions = SessionOptions { poison: true };
 fn at_size(file: &str, n: i64, seed: u64) -> (Graph, CudaProgram, Vec<HostTensor>, Bindings) {
     let g = example(file);
     let gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), n);
-    let inputs = random_inputs(&g, &b, seed, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (inputs, b) = differential::inputs_at(&g, n, seed);
     (g, gpu, inputs, b)
 }
 

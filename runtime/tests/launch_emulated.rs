@@ -11,7 +11,7 @@ mod emu;
 
 use std::ffi::c_void;
 
-use differential::{assert_close, random_inputs};
+use differential::{assert_close, inputs_at, random_inputs};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -266,10 +266,7 @@ fn examples_match_the_reference_through_the_launcher() {
             if n == 0 && name.ends_with(".backed") {
                 continue; // backed sizes start at 1
             }
-            let mut b = Bindings::new();
-            b.set(g.env.symbol_id("n").unwrap(), n);
-            let inputs = random_inputs(&g, &b, seed, (0, 4));
-            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let (inputs, b) = inputs_at(&g, n, seed);
             let want = reference::run(&g, &inputs, &b).unwrap();
             let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
             assert_eq!(got.len(), want.len());
@@ -314,10 +311,7 @@ fn matmuls_run_on_the_device_in_every_layout_the_lowering_makes() {
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("matmuls", &exe);
     for (seed, n) in [(1, 0), (2, 1), (3, 13)] {
-        let mut b = Bindings::new();
-        b.set(g.env.symbol_id("n").unwrap(), n);
-        let inputs = random_inputs(&g, &b, seed, (0, 4));
-        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let (inputs, b) = inputs_at(&g, n, seed);
         let want = reference::run(&g, &inputs, &b).unwrap();
         let before = dev.gemms;
         let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
@@ -338,10 +332,7 @@ fn device_inputs_are_read_in_place_when_their_layout_is_the_graphs() {
     let g = example(name);
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("rms_norm_device_inputs", &exe);
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), 9);
-    let inputs = random_inputs(&g, &b, 7, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (inputs, b) = inputs_at(&g, 9, 7);
     let want = reference::run(&g, &inputs, &b).unwrap();
     // Each input on the "device", row-major; the first also transposed in storage.
     let (mut keep, contiguous): (Vec<_>, Vec<_>) =
@@ -376,10 +367,7 @@ fn bad_calls_are_clean_errors() {
     let g = example("rotary_embedding.unbacked");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("rotary_errors", &exe);
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), 5);
-    let mut inputs = random_inputs(&g, &b, 3, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (mut inputs, b) = inputs_at(&g, 5, 3);
     // A position past the cache: the gather's bounds check raises it from the kernel.
     let positions = &mut inputs[1];
     let mut p: Vec<i64> = (0..positions.numel())
@@ -446,10 +434,7 @@ fn output_views_are_where_the_outputs_lie_on_the_device() {
     let g = example("fused_add_rms_norm.unbacked");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("fused_add_rms_norm_views", &exe);
-    let mut b = Bindings::new();
-    b.set(g.env.symbol_id("n").unwrap(), 6);
-    let inputs = random_inputs(&g, &b, 5, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (inputs, b) = inputs_at(&g, 6, 5);
     let mut s = Session::new(
         &mut dev,
         &exe,
@@ -594,14 +579,7 @@ fn a_call_with_host_steps_cannot_be_recorded() {
     let g = example("moe_routing.unbacked");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("moe_routing_capture", &exe);
-    let mut b = Bindings::new();
-    for s in ["n"] {
-        if let Some(id) = g.env.symbol_id(s) {
-            b.set(id, 5);
-        }
-    }
-    let inputs = random_inputs(&g, &b, 3, (0, 4));
-    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    let (inputs, b) = inputs_at(&g, 5, 3);
     let options = SessionOptions { poison: true };
     let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
     let e = s.capture(&mut dev).unwrap_err().to_string();

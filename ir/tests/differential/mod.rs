@@ -154,6 +154,15 @@ pub fn random_inputs(graph: &Graph, b: &Bindings, seed: u64, ints: (i64, i64)) -
         .collect()
 }
 
+/// [`random_inputs`] of `graph` with its symbol `n` at `n`, and the bindings they give.
+pub fn inputs_at(graph: &Graph, n: i64, seed: u64) -> (Vec<HostTensor>, Bindings) {
+    let mut b = Bindings::new();
+    b.set(graph.env.symbol_id("n").expect("a symbol n"), n);
+    let inputs = random_inputs(graph, &b, seed, (0, 4));
+    let b = reference::bind_inputs(graph, &inputs, &b).unwrap();
+    (inputs, b)
+}
+
 /// The symbol values `values` (name → value) as bindings of `graph`.
 pub fn bindings_of(what: &str, graph: &Graph, values: &[(&str, i64)]) -> Bindings {
     let mut b = Bindings::new();
