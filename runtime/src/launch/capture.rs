@@ -15,9 +15,18 @@ impl<D: Device> Session<'_, D> {
         self.execute(dev_)?;
         self.check(dev_)?;
         if self.host_steps > 0 {
+            let buffers = &self.exe.program.buffers;
+            let steps: Vec<String> = self
+                .host_step_buffers
+                .iter()
+                .map(|b| {
+                    let buf = &buffers[b.index()];
+                    format!("{} ({})", buf.name, buf.origins.join(", "))
+                })
+                .collect();
             return Err(LaunchError::Capture(format!(
                 "it runs steps on the host: {}",
-                self.host_step_names.join("; ")
+                steps.join("; ")
             )));
         }
         if let Some(old) = self.recording.take() {

@@ -236,8 +236,8 @@ pub struct Session<'e, D: Device> {
     pub copied_input_bytes: usize,
     /// Library steps that ran on the host, in the last execution.
     pub host_steps: usize,
-    /// Their buffers' names and graph nodes (why a call cannot be recorded).
-    host_step_names: Vec<String>,
+    /// Their buffers (why a call cannot be recorded).
+    host_step_buffers: Vec<BufferId>,
     /// The call recorded by [`Session::capture`], for [`Session::replay`].
     recording: Option<usize>,
     /// The caller's device tensors: an output that mutates an input copied in is written back
@@ -293,7 +293,7 @@ impl<'e, D: Device> Session<'e, D> {
             poison: options.poison,
             copied_input_bytes: 0,
             host_steps: 0,
-            host_step_names: Vec::new(),
+            host_step_buffers: Vec::new(),
             recording: None,
             device_inputs: match inputs {
                 Inputs::Device(t) => t.to_vec(),
@@ -444,7 +444,7 @@ impl<'e, D: Device> Session<'e, D> {
     pub fn execute(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
         self.b = self.given.clone();
         self.host_steps = 0;
-        self.host_step_names.clear();
+        self.host_step_buffers.clear();
         let flag = dev_.address(&self.error);
         dev(dev_.fill(flag, 0, 4))?;
         for step in &self.exe.schedule.steps {
@@ -587,8 +587,7 @@ impl<'e, D: Device> Session<'e, D> {
         }
         // On the host: the storage it reads comes back, the result goes out.
         self.host_steps += 1;
-        self.host_step_names
-            .push(format!("{} ({})", buf.name, buf.origins.join(", ")));
+        self.host_step_buffers.push(id);
         let reads = p.library_reads(id);
         let mut values = Vec::with_capacity(reads.len());
         for r in reads {
