@@ -181,3 +181,40 @@ fn the_disk_cache_survives_concurrency_and_corruption() {
     assert_eq!(leftovers, 0);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn scatter_functions_compile_for_sm90_in_every_dtype() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    for dtype in [
+        "f32", "bf16", "f16", "f64", "i64", "i32", "i8", "u8", "bool",
+    ] {
+        for accumulate in [false, true] {
+            // A strided base (the copy function does work) and a cache write.
+            let m = cuda_of(&format!(
+                r#"{{"format": "guardless-graph", "version": 1, "name": "scatter",
+                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 4096}}],
+                "inputs": [{{"name": "cache", "dtype": "{dtype}", "shape": [64, "n"], "strides": [1, 64]}},
+                           {{"name": "pos", "dtype": "i64", "shape": [3]}},
+                           {{"name": "new", "dtype": "{dtype}", "shape": [3, "n"]}}],
+                "nodes": [{{"name": "out", "op": "aten.index_put.default",
+                           "args": {{"self": {{"tensor": "cache"}}, "indices": [{{"tensor": "pos"}}],
+                                    "values": {{"tensor": "new"}}, "accumulate": {accumulate}}}}}],
+                "outputs": [{{"tensor": "out"}}]}}"#
+            ));
+            let what = format!("scatter {dtype} accumulate {accumulate}");
+            let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
+            assert!(
+                names.iter().any(|n| n.ends_with("_copy"))
+                    && names.iter().any(|n| n.ends_with("_write")),
+                "{what}: {names:?}"
+            );
+            let c = nvrtc::compile(&m.source, "kernels.cu", &options)
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
+            for e in &m.entries {
+                let r = c.kernels.iter().find(|k| k.name == e.name);
+                assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
+            }
+        }
+    }
+}

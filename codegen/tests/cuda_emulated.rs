@@ -122,7 +122,7 @@ fn run(
                     let e = m
                         .entries
                         .iter()
-                        .find(|e| e.kernel == *ki && e.variant == v)
+                        .find(|e| e.kernel_variant() == Some((*ki, v)))
                         .unwrap();
                     e.generated && eval(p, k.variants[v].predicate) != 0
                 })
@@ -132,7 +132,7 @@ fn run(
         let entry = m
             .entries
             .iter()
-            .find(|e| e.kernel == *ki && e.variant == chosen)
+            .find(|e| e.kernel_variant() == Some((*ki, chosen)))
             .unwrap();
         let grid = eval(p, v.grid) as u32;
         let mut scalars: Vec<Box<i64>> = Vec::new();
@@ -332,14 +332,17 @@ fn generated_kernels_match_the_reference_in_emulation() {
                     let e = m
                         .entries
                         .iter()
-                        .find(|e| e.kernel == ki && e.variant == vi)
+                        .find(|e| e.kernel_variant() == Some((ki, vi)))
                         .unwrap();
                     // Buckets and persistent/looped only tune; a vector variant needs its
                     // divisibility conditions, which hold when the predicates chose a vector
                     // variant at this size.
                     let default = (0..k.variants.len())
                         .find(|&w| {
-                            let ew = m.entries.iter().find(|x| x.kernel == ki && x.variant == w);
+                            let ew = m
+                                .entries
+                                .iter()
+                                .find(|x| x.kernel_variant() == Some((ki, w)));
                             ew.is_some_and(|x| x.generated)
                                 && p.env.evaluate(k.variants[w].predicate, &b).unwrap() != 0
                         })

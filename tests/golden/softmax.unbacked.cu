@@ -64,6 +64,37 @@ template <typename T> __device__ __forceinline__ bool gl_better_min(T v, T b) { 
 // A data-dependent error: the first one raised is kept; the host reports it by code.
 __device__ __forceinline__ void gl_fail(int* error, int code) { atomicCAS(error, 0, code); }
 
+// Scatter with accumulate: `p[i] += v` atomically, rounded to the stored type per addition as the
+// host's sequential adds are. Types without a hardware add go through a compare-and-swap of the
+// aligned 32-bit word holding the element.
+__device__ __forceinline__ void gl_atomic_add(float* p, long long i, float v) { atomicAdd(p + i, v); }
+__device__ __forceinline__ void gl_atomic_add(double* p, long long i, double v) { atomicAdd(p + i, v); }
+__device__ __forceinline__ void gl_atomic_add(int* p, long long i, int v) { atomicAdd(p + i, v); }
+__device__ __forceinline__ void gl_atomic_add(long long* p, long long i, long long v) {
+  atomicAdd((unsigned long long*)(p + i), (unsigned long long)v);
+}
+template <typename T, typename C> __device__ __forceinline__ void gl_atomic_add_narrow(T* p, long long i, C v) {
+  const unsigned long long at = (unsigned long long)(p + i);
+  unsigned int* word = (unsigned int*)(at & ~3ULL);
+  const int byte = (int)(at & 3ULL);
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    union { unsigned int u; unsigned char b[4]; } w;
+    w.u = assumed;
+    T cur, next;
+    memcpy(&cur, w.b + byte, sizeof(T));
+    gl_st(&next, 0, gl_ld(&cur, 0) + v);
+    memcpy(w.b + byte, &next, sizeof(T));
+    old = atomicCAS(word, assumed, w.u);
+  } while (old != assumed);
+}
+__device__ __forceinline__ void gl_atomic_add(__nv_bfloat16* p, long long i, float v) { gl_atomic_add_narrow(p, i, v); }
+__device__ __forceinline__ void gl_atomic_add(__half* p, long long i, float v) { gl_atomic_add_narrow(p, i, v); }
+__device__ __forceinline__ void gl_atomic_add(signed char* p, long long i, int v) { gl_atomic_add_narrow(p, i, v); }
+__device__ __forceinline__ void gl_atomic_add(unsigned char* p, long long i, int v) { gl_atomic_add_narrow(p, i, v); }
+__device__ __forceinline__ void gl_atomic_add(bool* p, long long i, bool v) { gl_atomic_add_narrow(p, i, v); }
+
 // reduction_out_0: out
 // persistent reduction: n rows × 1000; 64 threads, 64 per row, 256 lanes (4 per thread), vector 4, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.

@@ -63,7 +63,7 @@ pub struct Scope<'a> {
 }
 
 impl Scope<'_> {
-    fn index(&mut self, e: Expr) -> String {
+    pub(super) fn index(&mut self, e: Expr) -> String {
         let s = match self.memo.get(&(self.member, e)) {
             Some(&s) => s,
             None => {

@@ -4,6 +4,7 @@
 
 mod body;
 mod hoist;
+pub mod scatter;
 
 use std::fmt::Write;
 
@@ -15,7 +16,7 @@ use serde::Serialize;
 use tera::{Context, Tera};
 
 use crate::schedule::config::{member_map, persistent_limit, IndexType, Strategy, Variant};
-use crate::schedule::{Kernel, Residence, Role, Schedule};
+use crate::schedule::{Kernel, Residence, Role, Schedule, Step};
 pub use body::storage_type;
 use body::{compute_type, identity, Read, Scope};
 
@@ -25,6 +26,7 @@ const ENTRY: &str = "GL_ENTRY_NAME";
 const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
+const SCATTER: &str = include_str!("../../../templates/scatter.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -54,10 +56,30 @@ pub enum Param {
     Phase,
 }
 
+/// What a function computes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "of", rename_all = "snake_case")]
+pub enum EntryOf {
+    /// Variant `variant` of schedule kernel `kernel`.
+    Kernel { kernel: usize, variant: usize },
+    /// A scatter (`index_put`) library step computing `buffer`: the copy of its base, then the
+    /// writes (see `scatter`).
+    Scatter { buffer: String, part: ScatterPart },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScatterPart {
+    /// The base read through its layout into the (contiguous) result: one thread per element.
+    Copy,
+    /// The values written or added at their targets: one thread per point.
+    Write,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Entry {
-    pub kernel: usize,
-    pub variant: usize,
+    #[serde(flatten)]
+    pub of: EntryOf,
     pub name: String,
     /// The translation unit (and so the CUBIN) holding the function.
     pub unit: usize,
@@ -69,6 +91,16 @@ pub struct Entry {
     /// Launches of the function per execution of the kernel, `gl_phase` = 0, 1, … in order (a
     /// split reduction: one per pass, plus one to combine the last pass's partial results).
     pub phases: usize,
+}
+
+impl Entry {
+    /// `(kernel, variant)` when this is a kernel's variant.
+    pub fn kernel_variant(&self) -> Option<(usize, usize)> {
+        match self.of {
+            EntryOf::Kernel { kernel, variant } => Some((kernel, variant)),
+            EntryOf::Scatter { .. } => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -90,6 +122,7 @@ fn engine() -> Tera {
         ("common.cuh", COMMON),
         ("pointwise.cu", POINTWISE),
         ("reduction.cu", REDUCTION),
+        ("scatter.cu", SCATTER),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -190,13 +223,45 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 (Vec::new(), 0)
             };
             entries.push(Entry {
-                kernel: ki,
-                variant: vi,
+                of: EntryOf::Kernel {
+                    kernel: ki,
+                    variant: vi,
+                },
                 unit: 0,
                 name,
                 params,
                 generated,
                 phases,
+            });
+        }
+    }
+    // Scatter steps (`index_put`): a copy of the base, then the writes.
+    for step in &s.steps {
+        let Step::Library(b) = *step else { continue };
+        if !matches!(p.buffers[b.index()].kind, BufferKind::Scatter { .. }) {
+            continue;
+        }
+        let buffer = p.buffers[b.index()].name.clone();
+        let _ = writeln!(source);
+        for (part, text, params) in scatter::render(p, &tera, ENTRY, b, &pointers, &mut errors) {
+            let suffix = match part {
+                ScatterPart::Copy => "copy",
+                ScatterPart::Write => "write",
+            };
+            let name = format!("scatter_{}_{suffix}", &pointers[b.index()][2..]);
+            let f = text.replace(ENTRY, &name);
+            source.push_str(&f);
+            functions.push((name.clone(), f));
+            entries.push(Entry {
+                of: EntryOf::Scatter {
+                    buffer: buffer.clone(),
+                    part,
+                },
+                name,
+                unit: 0,
+                params,
+                generated: true,
+                phases: 1,
             });
         }
     }

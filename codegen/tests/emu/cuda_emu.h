@@ -57,6 +57,12 @@ inline int atomicCAS(int* p, int compare, int value) {
   return compare;
 }
 
+inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned value) {
+  __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
+template <class T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+
 inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

@@ -46,7 +46,11 @@ pub struct Compiled {
 }
 
 pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
-    let dir = std::env::temp_dir().join(format!("guardless-emu-{name}-{}", std::process::id()));
+    // A directory per build: the dynamic loader hands back an already loaded library for the
+    // same path, so two builds under one name would run the first one's code.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("guardless-emu-{name}-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let header = concat!(
         env!("CARGO_MANIFEST_DIR"),

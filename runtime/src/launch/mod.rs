@@ -2,15 +2,16 @@
 //! It places buffers as the memory plan says, binds symbols as steps produce them, picks each
 //! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
 //! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
-//! launches, matmuls and copies. Library steps a device cannot run (sort, scan, nonzero, scatter,
-//! `.item()`, matmuls whose layouts cuBLAS cannot take) run on the host between device steps.
+//! launches, matmuls and copies; scatters (`index_put`) run as the generated copy and write
+//! functions. Library steps a device cannot run (sort, scan, nonzero, `.item()`, matmuls whose
+//! layouts cuBLAS cannot take) run on the host between device steps.
 //!
 //! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
 //! emulation of CUDA, so everything here is exercised without a GPU.
 
 mod gemm;
 
-use guardless_codegen::cuda::{generate, CudaModule, Param};
+use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param, ScatterPart};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
@@ -22,6 +23,7 @@ use crate::elements::{self, Either};
 pub use gemm::{Gemm, Operand};
 
 mod capture;
+mod in_place;
 mod write_back;
 
 /// What a device does for the launcher. Addresses are the device's (`u64`); every kernel
@@ -98,6 +100,10 @@ pub struct Executable {
     pub module: CudaModule,
     /// `[kernel][variant]`: the entry to launch, `None` when the variant has no generated code.
     variant_entry: Vec<Vec<Option<usize>>>,
+    /// By buffer: a scatter step's device functions, `[copy, write]` (`None`: on the host).
+    scatter_entries: Vec<Option<[usize; 2]>>,
+    /// By buffer: a device scatter that writes into its base's storage (see `in_place`).
+    in_place: Vec<bool>,
     params: Vec<Vec<ArgSource>>,
 }
 
@@ -119,16 +125,36 @@ impl Executable {
             .iter()
             .map(|k| vec![None; k.variants.len()])
             .collect();
+        let mut scatter_entries: Vec<Option<[usize; 2]>> = vec![None; program.buffers.len()];
         let mut params = Vec::with_capacity(module.entries.len());
         for (i, e) in module.entries.iter().enumerate() {
-            let kernel = &schedule.kernels[e.kernel];
+            let origins = match &e.of {
+                EntryOf::Kernel { kernel, .. } => schedule.kernels[*kernel].origins.clone(),
+                EntryOf::Scatter { buffer, .. } => program
+                    .buffers
+                    .iter()
+                    .find(|b| &b.name == buffer)
+                    .map_or_else(Vec::new, |b| b.origins.clone()),
+            };
             let bad = |message: String| LaunchError::Kernel {
                 kernel: e.name.clone(),
-                nodes: kernel.origins.join(", "),
+                nodes: origins.join(", "),
                 message,
             };
-            if e.generated {
-                variant_entry[e.kernel][e.variant] = Some(i);
+            match &e.of {
+                EntryOf::Kernel { kernel, variant } if e.generated => {
+                    variant_entry[*kernel][*variant] = Some(i);
+                }
+                EntryOf::Kernel { .. } => {}
+                EntryOf::Scatter { buffer, part } => {
+                    let id = program
+                        .buffers
+                        .iter()
+                        .position(|b| &b.name == buffer)
+                        .ok_or_else(|| bad(format!("no buffer named {buffer}")))?;
+                    let parts = scatter_entries[id].get_or_insert([usize::MAX; 2]);
+                    parts[usize::from(*part == ScatterPart::Write)] = i;
+                }
             }
             let mut ps = Vec::with_capacity(e.params.len());
             for prm in &e.params {
@@ -165,11 +191,20 @@ impl Executable {
             }
             params.push(ps);
         }
+        // A scatter runs on the device only with both functions.
+        for parts in &mut scatter_entries {
+            if parts.is_some_and(|p| p.contains(&usize::MAX)) {
+                *parts = None;
+            }
+        }
+        let in_place = in_place::in_place_scatters(&program, &schedule, &scatter_entries);
         Ok(Executable {
             program,
             schedule,
             module,
             variant_entry,
+            scatter_entries,
+            in_place,
             params,
         })
     }
@@ -275,12 +310,17 @@ impl<'e, D: Device> Session<'e, D> {
         for a in &exe.schedule.memory.allocations {
             slot_of[a.buffer.index()] = a.slot;
         }
-        let home = (0..n)
+        let mut home: Vec<usize> = (0..n)
             .map(|i| {
                 let root = p.storage_root(BufferId(i as u32)).index();
                 slot_of[root].unwrap_or(slots + root)
             })
             .collect();
+        for (i, b) in p.buffers.iter().enumerate() {
+            if let (true, BufferKind::Scatter { base, .. }) = (exe.in_place[i], &b.kind) {
+                home[i] = home[base.index()];
+            }
+        }
         let error = dev(dev_.alloc(4, false))?;
         let mut s = Session {
             exe,
@@ -517,11 +557,28 @@ impl<'e, D: Device> Session<'e, D> {
             .choose(dev_, ki)?
             .ok_or_else(|| bad("no variant's predicate holds".into()))?;
         let e = &exe.module.entries[entry];
-        let v = &k.variants[e.variant];
-        let env = &exe.program.env;
-        let grid = env
+        let (_, variant) = e.kernel_variant().expect("a kernel's entry");
+        let v = &k.variants[variant];
+        let grid = exe
+            .program
+            .env
             .evaluate(v.grid, &self.b)
             .map_err(|x| bad(format!("grid: {x}")))?;
+        self.launch(dev_, entry, grid, v.config.threads, &bad)
+    }
+
+    /// Launches `entry` on `grid` blocks (none when `grid` ≤ 0) of `threads`, once per phase.
+    fn launch(
+        &mut self,
+        dev_: &mut D,
+        entry: usize,
+        grid: i64,
+        threads: i64,
+        bad: &dyn Fn(String) -> LaunchError,
+    ) -> Result<(), LaunchError> {
+        let exe = self.exe;
+        let e = &exe.module.entries[entry];
+        let env = &exe.program.env;
         if grid <= 0 {
             return Ok(());
         }
@@ -565,8 +622,7 @@ impl<'e, D: Device> Session<'e, D> {
             if let Some(i) = phase_at {
                 args[i] = phase as u64;
             }
-            dev(dev_.launch(entry, grid, v.config.threads as u32, &args))
-                .map_err(|x| bad(x.to_string()))?;
+            dev(dev_.launch(entry, grid, threads as u32, &args)).map_err(|x| bad(x.to_string()))?;
         }
         Ok(())
     }
@@ -584,6 +640,9 @@ impl<'e, D: Device> Session<'e, D> {
             {
                 return Ok(());
             }
+        }
+        if let Some(parts) = self.exe.scatter_entries[id.index()] {
+            return self.device_scatter(dev_, id, parts);
         }
         // On the host: the storage it reads comes back, the result goes out.
         self.host_steps += 1;
@@ -615,6 +674,52 @@ impl<'e, D: Device> Session<'e, D> {
             dev(dev_.upload(at, &bytes))?;
         }
         Ok(())
+    }
+
+    /// `index_put` on the device: the base copied into the result (one device copy when it is
+    /// dense in row-major order; none when the result is the base's storage), then the values
+    /// written at their targets.
+    fn device_scatter(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        [copy, write]: [usize; 2],
+    ) -> Result<(), LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let BufferKind::Scatter { base, loops, .. } = &buf.kind else {
+            unreachable!("scatter entries belong to scatter buffers")
+        };
+        let bad = |message: String| fail(buf, message);
+        // In place: the base's storage is the result's; the copy below is then skipped.
+        let out = match self.exe.in_place[id.index()] {
+            true => self.address(id, dev_),
+            false => self.allocate(dev_, id)?,
+        };
+        let numel = self.extent(id)?;
+        let size = buf.dtype.size();
+        let from = self.layout(&p.buffers[base.index()])?;
+        let row_major = from.sizes.iter().enumerate().all(|(d, &n)| {
+            n <= 1 || from.strides[d] == from.sizes[d + 1..].iter().product::<i64>()
+        });
+        let threads = guardless_codegen::cuda::scatter::THREADS;
+        if numel > 0 {
+            if row_major {
+                let src = self.address(*base, dev_) + (from.offset.max(0) as usize * size) as u64;
+                if src != out {
+                    dev(dev_.copy(out, src, numel * size))?;
+                }
+            } else {
+                let grid = (numel as u64).div_ceil(threads as u64) as i64;
+                self.launch(dev_, copy, grid, threads, &bad)?;
+            }
+        }
+        let mut points = 1i64;
+        for &r in &loops.ranges {
+            points = points.saturating_mul(self.eval(buf, r)?.max(0));
+        }
+        let grid = (points as u64).div_ceil(threads as u64) as i64;
+        self.launch(dev_, write, grid, threads, &bad)
     }
 
     /// `mm`/`bmm` on the device; `false` when the layouts need the host.

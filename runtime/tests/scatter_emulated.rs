@@ -1,0 +1,334 @@
+//! `index_put` on the device (`codegen::cuda::scatter`), run on the CPU emulation of CUDA and
+//! compared with the reference executor: every dtype, writes and adds, duplicates, several index
+//! tensors, masks, a base read through strides, bad indices, and a recorded call.
+
+#[path = "../../ir/tests/differential/mod.rs"]
+mod differential;
+#[path = "../../codegen/tests/emu/mod.rs"]
+mod emu;
+mod emulated;
+
+use differential::{assert_close, one_op, random_inputs};
+use emulated::{run, Emu};
+use guardless_ir::graph::{DType, Graph};
+use guardless_ir::lower::lower;
+use guardless_ir::reference;
+use guardless_ir::sym::Bindings;
+use guardless_ir::tensor::HostTensor;
+use guardless_runtime::launch::{Executable, Inputs, Session, SessionOptions};
+
+/// `cache[pos] = new` (or `+=`) on a [32, 3] cache of `dtype`, `n` new rows.
+fn cache_write(dtype: &str, accumulate: bool) -> Graph {
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "cache_write_{dtype}",
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 32, "optimization_hint": 4}}],
+        "inputs": [{{"name": "cache", "dtype": "{dtype}", "shape": [32, 3]}},
+                   {{"name": "pos", "dtype": "i64", "shape": ["n"]}},
+                   {{"name": "new", "dtype": "{dtype}", "shape": ["n", 3]}}],
+        "nodes": [{{"name": "out", "op": "aten.index_put.default",
+                   "args": {{"self": {{"tensor": "cache"}}, "indices": [{{"tensor": "pos"}}],
+                            "values": {{"tensor": "new"}}, "accumulate": {accumulate}}}}}],
+        "outputs": [{{"tensor": "out"}}]}}"#
+    ))
+    .unwrap()
+}
+
+/// Inputs of [`cache_write`] with positions `pos`.
+fn cache_inputs(g: &Graph, pos: &[i64], seed: u64) -> (Vec<HostTensor>, Bindings) {
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("n").unwrap(), pos.len() as i64);
+    let mut inputs = random_inputs(g, &b, seed, (-100, 100));
+    inputs[1] = HostTensor::from_i64(DType::I64, &[pos.len()], pos);
+    let b = reference::bind_inputs(g, &inputs, &b).unwrap();
+    (inputs, b)
+}
+
+/// Replaces the values of `tensors` by small integers (0..8 for u8, else -4..4): every order of
+/// adding them gives the same sums, exactly, in every dtype. (Atomic additions on the device come
+/// in any order, and a low-precision dtype rounds each: an order-dependent result.)
+fn small_integers(tensors: &mut [HostTensor]) {
+    for (k, t) in tensors.iter_mut().enumerate() {
+        let shift = if t.dtype == DType::U8 { 0 } else { 4 };
+        let v: Vec<i64> = (0..t.numel())
+            .map(|i| ((i * 5 + k) % 9) as i64 - shift)
+            .collect();
+        let shape = t.shape.clone();
+        *t = if t.dtype.is_float() {
+            let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            HostTensor::from_f64(t.dtype, &shape, &v)
+        } else {
+            HostTensor::from_i64(t.dtype, &shape, &v)
+        };
+    }
+}
+
+/// Runs `g` on the emulated device and compares with the reference; returns the outputs and the
+/// host steps.
+fn compare(
+    what: &str,
+    dev: &mut Emu,
+    exe: &Executable,
+    g: &Graph,
+    inputs: &[HostTensor],
+    b: &Bindings,
+) -> (Vec<HostTensor>, usize) {
+    let want = reference::run(g, inputs, b).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (got, host_steps, _) =
+        run(dev, exe, Inputs::Host(inputs), b).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (gt, w) in got.iter().zip(&want) {
+        assert_close(what, gt, w);
+    }
+    (got, host_steps)
+}
+
+#[test]
+fn cache_writes_run_on_the_device_in_every_dtype() {
+    // Distinct positions (written), then repeated ones (added: every value counts).
+    let distinct: Vec<i64> = (0..32).map(|i| (i * 7 + 3) % 32).collect();
+    for dtype in [
+        "f32", "bf16", "f16", "f64", "i64", "i32", "i8", "u8", "bool",
+    ] {
+        for accumulate in [false, true] {
+            if accumulate && dtype == "bool" {
+                continue;
+            }
+            let g = cache_write(dtype, accumulate);
+            let exe = Executable::new(lower(&g).unwrap()).unwrap();
+            let mut dev = Emu::new(&format!("cache_write_{dtype}_{accumulate}"), &exe);
+            for (seed, n) in [(1u64, 0usize), (2, 1), (3, 5), (4, 32)] {
+                let pos: Vec<i64> = if accumulate {
+                    (0..n as i64).map(|i| (i * 5) % 3).collect()
+                } else {
+                    distinct[..n].to_vec()
+                };
+                let what = format!("{dtype} accumulate {accumulate} n {n}");
+                let (mut inputs, b) = cache_inputs(&g, &pos, seed);
+                if accumulate {
+                    // Not the positions.
+                    small_integers(&mut inputs[..1]);
+                    small_integers(&mut inputs[2..]);
+                }
+                let (_, host_steps) = compare(&what, &mut dev, &exe, &g, &inputs, &b);
+                assert_eq!(host_steps, 0, "{what}: the scatter ran on the host");
+            }
+            assert!(
+                dev.launched.iter().any(|f| f.ends_with("_write")),
+                "{dtype}: {:?}",
+                dev.launched
+            );
+        }
+    }
+}
+
+#[test]
+fn index_put_forms_match_the_reference_on_the_device() {
+    let cases = [
+        // A middle dimension indexed, values added; several index tensors; a scalar value.
+        (
+            r#"{"self": {"tensor": "z"}, "indices": [null, {"tensor": "ids"}], "values": {"tensor": "z"}, "accumulate": true}"#,
+            0,
+        ),
+        (
+            r#"{"self": {"tensor": "i"}, "indices": [{"tensor": "ids"}, {"tensor": "ids"}], "values": 7}"#,
+            0,
+        ),
+        (
+            r#"{"self": {"tensor": "h"}, "indices": [{"tensor": "ids"}], "values": {"tensor": "h"}, "accumulate": true}"#,
+            0,
+        ),
+        // A boolean mask: its count comes from the host (nonzero), the writes from the device.
+        (
+            r#"{"self": {"tensor": "x"}, "indices": [{"tensor": "m"}], "values": 2.5}"#,
+            1,
+        ),
+        (
+            r#"{"self": {"tensor": "h"}, "indices": [{"tensor": "m"}], "values": -1, "accumulate": true}"#,
+            1,
+        ),
+    ];
+    for (args, host) in cases {
+        let g = one_op("aten.index_put.default", args);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new("index_put_forms", &exe);
+        for (seed, n) in [(5u64, 0i64), (6, 1), (7, 3), (8, 13)] {
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("u0").unwrap(), n);
+            // Indices index dimensions of size u0 (or 5): drawn from [0, min(u0, 5)).
+            let mut inputs = random_inputs(&g, &b, seed, (0, n.clamp(1, 5)));
+            for t in inputs.iter_mut().filter(|t| t.dtype.is_float()) {
+                small_integers(std::slice::from_mut(t));
+            }
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let what = format!("{args} at u0 = {n}");
+            let (_, host_steps) = compare(&what, &mut dev, &exe, &g, &inputs, &b);
+            assert_eq!(host_steps, host, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_base_read_through_strides_is_copied_by_a_kernel() {
+    // x stored column-major, columns k written: the base is read through its strides.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "strided_base",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 5], "strides": [1, "n"]},
+                   {"name": "k", "dtype": "i64", "shape": [2]},
+                   {"name": "v", "dtype": "f32", "shape": ["n", 2]}],
+        "nodes": [{"name": "out", "op": "aten.index_put.default",
+                   "args": {"self": {"tensor": "x"}, "indices": [null, {"tensor": "k"}], "values": {"tensor": "v"}}}],
+        "outputs": [{"tensor": "out"}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("strided_base", &exe);
+    for (seed, n) in [(9u64, 0i64), (10, 1), (11, 6)] {
+        let mut b = Bindings::new();
+        b.set(g.env.symbol_id("n").unwrap(), n);
+        let mut inputs = random_inputs(&g, &b, seed, (0, 5));
+        inputs[1] = HostTensor::from_i64(DType::I64, &[2], &[4, 1]);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        compare(
+            &format!("strided base, n = {n}"),
+            &mut dev,
+            &exe,
+            &g,
+            &inputs,
+            &b,
+        );
+    }
+    assert!(
+        dev.launched.iter().any(|f| f.ends_with("_copy")),
+        "{:?}",
+        dev.launched
+    );
+}
+
+#[test]
+fn duplicate_targets_without_accumulate_keep_one_of_their_values_per_element() {
+    let g = cache_write("f32", false);
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cache_duplicates", &exe);
+    let (inputs, b) = cache_inputs(&g, &[2, 9, 2, 2, 9, 30, 2], 12);
+    let (got, _, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+    let (cache, new, out) = (&inputs[0], &inputs[2], &got[0]);
+    let pos = [2, 9, 2, 2, 9, 30, 2];
+    // Element by element (each is its own write): as stored, f32.
+    let at = |t: &HostTensor, r: usize, c: usize| t.get_f64(r * 3 + c) as f32;
+    for r in 0..32 {
+        let written: Vec<usize> = (0..7).filter(|&i| pos[i] == r as i64).collect();
+        for c in 0..3 {
+            if written.is_empty() {
+                assert_eq!(at(out, r, c), at(cache, r, c), "({r}, {c}) untouched");
+            } else {
+                assert!(
+                    written.iter().any(|&i| at(out, r, c) == at(new, i, c)),
+                    "({r}, {c}): {} is none of the values written there",
+                    at(out, r, c)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_indices_are_clean_errors_and_negative_ones_wrap() {
+    let g = cache_write("f32", true);
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cache_bad_index", &exe);
+    for bad in [32, -33, i64::MAX] {
+        let (inputs, b) = cache_inputs(&g, &[1, bad, 4], 13);
+        let e = run(&mut dev, &exe, Inputs::Host(&inputs), &b)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("out of range") && e.contains("(out)"),
+            "{bad}: {e}"
+        );
+    }
+    // -1 is the last row, as in PyTorch.
+    let (inputs, b) = cache_inputs(&g, &[-1, 0, -32], 14);
+    compare("negative positions", &mut dev, &exe, &g, &inputs, &b);
+}
+
+#[test]
+fn a_call_that_scatters_on_the_device_can_be_recorded() {
+    let g = differential::cache_accumulate();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cache_accumulate_capture", &exe);
+    let ins = differential::cache_accumulate_inputs();
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Host(&ins), &b, &options).unwrap();
+    s.capture(&mut dev).unwrap();
+    for _ in 2..=3 {
+        s.replay(&mut dev).unwrap();
+    }
+    assert_eq!(
+        s.outputs(&mut dev).unwrap()[0],
+        differential::cache_after(3)
+    );
+}
+
+/// `cache[pos] += new`, written back into the cache; with `reread`, also `written - cache`,
+/// which reads the cache as it was after the scatter.
+fn cache_update(reread: bool) -> Graph {
+    let (extra_node, extra_output) = if reread {
+        (
+            r#", {"name": "delta", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "written"}, "other": {"tensor": "cache"}}}"#,
+            r#", {"tensor": "delta"}"#,
+        )
+    } else {
+        ("", "")
+    };
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "cache_update",
+        "symbols": [{{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}}],
+        "inputs": [{{"name": "cache", "dtype": "f32", "shape": [16, 4]}},
+                   {{"name": "pos", "dtype": "i64", "shape": ["t"]}},
+                   {{"name": "new", "dtype": "f32", "shape": ["t", 4]}}],
+        "nodes": [{{"name": "written", "op": "aten.index_put.default",
+                   "args": {{"self": {{"tensor": "cache"}}, "indices": [{{"tensor": "pos"}}],
+                            "values": {{"tensor": "new"}}, "accumulate": true}}}}{extra_node}],
+        "outputs": [{{"tensor": "written", "mutates": "cache"}}{extra_output}]}}"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_cache_write_written_back_is_done_in_place() {
+    let ins = differential::cache_accumulate_inputs();
+    let options = SessionOptions { poison: true };
+    for reread in [false, true] {
+        let g = cache_update(reread);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new(&format!("cache_update_{reread}"), &exe);
+        let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+        // The cache on the device, read in place.
+        let (keep, tensors): (Vec<_>, Vec<_>) = ins
+            .iter()
+            .map(|t| emulated::to_device(&mut dev, t, false))
+            .unzip();
+        let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+        let mut host = ins.clone();
+        for call in 1..=3 {
+            let want = reference::run(&g, &host, &b).unwrap();
+            g.write_back(&mut host, &want).unwrap();
+            s.execute(&mut dev).unwrap();
+            let got = s.outputs(&mut dev).unwrap();
+            for (gt, w) in got.iter().zip(&want) {
+                assert_close(&format!("reread {reread}, call {call}"), gt, w);
+            }
+            let cache = emulated::download(&mut dev, &tensors[0]);
+            assert_eq!(
+                cache, host[0],
+                "reread {reread}, call {call}: the caller's cache"
+            );
+        }
+        // In place: no copy of the 256-byte cache, in or back. Read again after the scatter:
+        // a copy in and a copy back per call.
+        let copies = if reread { 3 * 2 * 256 } else { 0 };
+        assert_eq!(dev.copied_bytes, copies, "reread {reread}");
+        drop((s, keep));
+    }
+}
