@@ -29,8 +29,9 @@ impl<D: Device> Session<'_, D> {
     }
 }
 
-/// Copies `src`'s elements into `dst` (same dtype and shape): one device copy when both are
-/// dense in the same order and do not overlap, else through the host (reading `dst` first so
+/// Copies `src`'s elements into `dst` (same dtype and shape): nothing when they are the same
+/// elements, one device copy when both are dense in the same order and do not overlap, else
+/// through the host (reading `dst` first so
 /// the bytes between its elements stay).
 fn copy_tensor<D: Device>(
     dev_: &mut D,
@@ -39,7 +40,8 @@ fn copy_tensor<D: Device>(
 ) -> Result<(), LaunchError> {
     let size = src.dtype.size();
     let numel: usize = src.shape.iter().product();
-    if numel == 0 {
+    // Nothing to copy: empty, or the output already lies in the input (a scatter in place).
+    if numel == 0 || (src.address == dst.address && src.strides == dst.strides) {
         return Ok(());
     }
     let dense = |t: &DeviceTensor| {
