@@ -218,3 +218,62 @@ fn scatter_functions_compile_for_sm90_in_every_dtype() {
         }
     }
 }
+
+#[test]
+fn select_functions_compile_for_sm90() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    for (dtype, op, args, shape) in [
+        (
+            "f32",
+            "nonzero",
+            r#"{"self": {"tensor": "x"}}"#,
+            r#"["c", 2]"#,
+        ),
+        (
+            "bf16",
+            "nonzero",
+            r#"{"self": {"tensor": "x"}}"#,
+            r#"["c", 2]"#,
+        ),
+        (
+            "bool",
+            "nonzero",
+            r#"{"self": {"tensor": "x"}}"#,
+            r#"["c", 2]"#,
+        ),
+        (
+            "i8",
+            "masked_select",
+            r#"{"self": {"tensor": "x"}, "mask": {"tensor": "m"}}"#,
+            r#"["c"]"#,
+        ),
+        (
+            "f16",
+            "masked_select",
+            r#"{"self": {"tensor": "x"}, "mask": {"tensor": "m"}}"#,
+            r#"["c"]"#,
+        ),
+    ] {
+        let m = cuda_of(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "select",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 1000000}},
+                        {{"name": "c", "kind": "unbacked"}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 7]}},
+                       {{"name": "m", "dtype": "bool", "shape": ["n", 7]}}],
+            "nodes": [{{"name": "s", "op": "aten.{op}.default", "args": {args}, "shape": {shape}}}],
+            "outputs": [{{"tensor": "s"}}]}}"#
+        ));
+        let what = format!("{op} of {dtype}");
+        let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
+        for part in ["_count", "_scan", "_write"] {
+            assert!(names.iter().any(|n| n.ends_with(part)), "{what}: {names:?}");
+        }
+        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
+        for e in &m.entries {
+            let r = c.kernels.iter().find(|k| k.name == e.name);
+            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
+        }
+    }
+}

@@ -26,7 +26,7 @@ fn examples_match_the_reference_through_the_launcher() {
         "softmax.unbacked",
         "silu_and_mul.backed",
         "rotary_embedding.unbacked",
-        // mm on the device, nonzero on the host, then kernels sized by its counts.
+        // mm and nonzero on the device (its counts read back), then kernels sized by them.
         "moe_routing.unbacked",
     ] {
         let g = example(name);
@@ -43,9 +43,7 @@ fn examples_match_the_reference_through_the_launcher() {
             for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
                 assert_close(&format!("{name} output {i} at n = {n}"), gt, w);
             }
-            // Only the data-dependent steps leave the device.
-            let expected_host = if name.starts_with("moe") { 4 } else { 0 };
-            assert_eq!(host_steps, expected_host, "{name}: host steps");
+            assert_eq!(host_steps, 0, "{name}: host steps");
         }
         assert!(dev.launches > 0, "{name}: nothing launched");
         if name.starts_with("moe") {
@@ -346,6 +344,7 @@ fn a_recorded_call_replays_with_new_input_values() {
 
 #[test]
 fn a_call_with_host_steps_cannot_be_recorded() {
+    // nonzero runs on the device, but its counts come back to size what follows.
     let g = example("moe_routing.unbacked");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("moe_routing_capture", &exe);
@@ -354,8 +353,29 @@ fn a_call_with_host_steps_cannot_be_recorded() {
     let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
     let e = s.capture(&mut dev).unwrap_err().to_string();
     assert!(
-        e.starts_with("cannot record the call: it runs steps on the host:"),
+        e.starts_with("cannot record the call: it reads data-dependent sizes back: buf")
+            && e.contains("(nz0)"),
         "{e}"
     );
     assert!(dev.recording.is_none() && dev.recordings.is_empty());
+    drop(s);
+    // cumsum runs on the host.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "cumsum",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 3]}],
+        "nodes": [{"name": "c", "op": "aten.cumsum.default", "args": {"self": {"tensor": "x"}, "dim": 0}}],
+        "outputs": [{"tensor": "c"}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cumsum_capture", &exe);
+    let (inputs, b) = inputs_at(&g, 4, 5);
+    let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
+    let e = s.capture(&mut dev).unwrap_err().to_string();
+    assert!(
+        e.starts_with("cannot record the call: it runs steps on the host: buf")
+            && e.contains("(c)"),
+        "{e}"
+    );
 }

@@ -4,7 +4,9 @@
 
 mod body;
 mod hoist;
+mod library;
 pub mod scatter;
+pub mod select;
 
 use std::fmt::Write;
 
@@ -27,6 +29,7 @@ const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
 const SCATTER: &str = include_str!("../../../templates/scatter.cu");
+const SELECT: &str = include_str!("../../../templates/select.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -62,18 +65,38 @@ pub enum Param {
 pub enum EntryOf {
     /// Variant `variant` of schedule kernel `kernel`.
     Kernel { kernel: usize, variant: usize },
-    /// A scatter (`index_put`) library step computing `buffer`: the copy of its base, then the
-    /// writes (see `scatter`).
-    Scatter { buffer: String, part: ScatterPart },
+    /// A function of the library step computing `buffer` (see [`Part`]).
+    Library { buffer: String, part: Part },
 }
 
+/// The functions of a library step done on the device, in launch order: a scatter (`index_put`)
+/// is `copy` then `write`; a select (`nonzero`, `masked_select`) is `count`, `scan`, then
+/// `write`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ScatterPart {
-    /// The base read through its layout into the (contiguous) result: one thread per element.
+pub enum Part {
+    /// Scatter: the base read through its layout into the (contiguous) result.
     Copy,
-    /// The values written or added at their targets: one thread per point.
+    /// Select: each block's count of the elements kept.
+    Count,
+    /// Select: the blocks' counts turned into their first output positions, and the total.
+    Scan,
+    /// Scatter: the values written or added at their targets. Select: the kept elements (or
+    /// their indices) written at their positions.
     Write,
+}
+
+impl Part {
+    pub const ALL: [Part; 4] = [Part::Copy, Part::Count, Part::Scan, Part::Write];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Copy => "copy",
+            Part::Count => "count",
+            Part::Scan => "scan",
+            Part::Write => "write",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -98,7 +121,7 @@ impl Entry {
     pub fn kernel_variant(&self) -> Option<(usize, usize)> {
         match self.of {
             EntryOf::Kernel { kernel, variant } => Some((kernel, variant)),
-            EntryOf::Scatter { .. } => None,
+            EntryOf::Library { .. } => None,
         }
     }
 }
@@ -123,6 +146,7 @@ fn engine() -> Tera {
         ("pointwise.cu", POINTWISE),
         ("reduction.cu", REDUCTION),
         ("scatter.cu", SCATTER),
+        ("select.cu", SELECT),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -235,25 +259,29 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
             });
         }
     }
-    // Scatter steps (`index_put`): a copy of the base, then the writes.
+    // Library steps done on the device: scatters and selects.
     for step in &s.steps {
         let Step::Library(b) = *step else { continue };
-        if !matches!(p.buffers[b.index()].kind, BufferKind::Scatter { .. }) {
-            continue;
-        }
+        let (kind, parts) = match p.buffers[b.index()].kind {
+            BufferKind::Scatter { .. } => (
+                "scatter",
+                scatter::render(p, &tera, ENTRY, b, &pointers, &mut errors).to_vec(),
+            ),
+            BufferKind::Select { .. } => (
+                "select",
+                select::render(p, &tera, ENTRY, b, &pointers).to_vec(),
+            ),
+            _ => continue,
+        };
         let buffer = p.buffers[b.index()].name.clone();
         let _ = writeln!(source);
-        for (part, text, params) in scatter::render(p, &tera, ENTRY, b, &pointers, &mut errors) {
-            let suffix = match part {
-                ScatterPart::Copy => "copy",
-                ScatterPart::Write => "write",
-            };
-            let name = format!("scatter_{}_{suffix}", &pointers[b.index()][2..]);
+        for (part, text, params) in parts {
+            let name = format!("{kind}_{}_{}", &pointers[b.index()][2..], part.name());
             let f = text.replace(ENTRY, &name);
             source.push_str(&f);
             functions.push((name.clone(), f));
             entries.push(Entry {
-                of: EntryOf::Scatter {
+                of: EntryOf::Library {
                     buffer: buffer.clone(),
                     part,
                 },

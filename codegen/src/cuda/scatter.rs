@@ -12,12 +12,13 @@
 use std::fmt::Write;
 
 use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
-use guardless_ir::sym::{CPrinter, Expr, SymbolId};
-use rustc_hash::{FxHashMap, FxHashSet};
+use guardless_ir::sym::{CPrinter, Expr};
+use rustc_hash::FxHashMap;
 use tera::{Context, Tera};
 
-use super::body::{self, storage_type, Read, Scope};
-use super::{hoist, Param, ScatterPart};
+use super::body::{self, Read, Scope};
+use super::library::{c_of, decompose, locals, parameters};
+use super::{hoist, Param, Part};
 
 /// Threads per block; the launcher launches `ceil(count / THREADS)` blocks.
 pub const THREADS: i64 = 256;
@@ -30,7 +31,7 @@ pub(super) fn render(
     id: BufferId,
     pointers: &[String],
     errors: &mut Vec<String>,
-) -> [(ScatterPart, String, Vec<Param>); 2] {
+) -> [(Part, String, Vec<Param>); 2] {
     let buf = p.buffers[id.index()].clone();
     let BufferKind::Scatter {
         base,
@@ -83,7 +84,7 @@ pub(super) fn render(
             &decompose,
             &store,
         )
-        .map(|t| (ScatterPart::Copy, t, params))
+        .map(|t| (Part::Copy, t, params))
     };
 
     // write: one thread per point of the loops.
@@ -179,109 +180,12 @@ pub(super) fn render(
             &decompose,
             &store,
         )
-        .map(|t| (ScatterPart::Write, t, params))
+        .map(|t| (Part::Write, t, params))
     };
     [
         copy.expect("scatter template"),
         write.expect("scatter template"),
     ]
-}
-
-/// The symbols of `vars` and `binds`: what the hoister must keep in the kernel.
-fn locals(p: &Program, vars: &[Expr], binds: &[Expr]) -> FxHashSet<SymbolId> {
-    vars.iter()
-        .chain(binds)
-        .filter_map(|&v| p.env.pool().as_symbol(v))
-        .collect()
-}
-
-fn c_of(p: &mut Program, h: &mut hoist::Hoister, e: Expr, printer: &CPrinter) -> String {
-    let e = p.env.simplify(e);
-    let e = h.hoist(&mut p.env, e);
-    p.env.to_c(e, printer)
-}
-
-/// `gl_lin` split into `vars` over `sizes`, row-major.
-fn decompose(
-    p: &mut Program,
-    h: &mut hoist::Hoister,
-    vars: &[Expr],
-    sizes: &[Expr],
-    printer: &CPrinter,
-) -> String {
-    let mut out = String::new();
-    if vars.is_empty() {
-        return out;
-    }
-    let _ = writeln!(out, "  long long gl_rest = gl_lin;");
-    for j in (0..vars.len()).rev() {
-        let name = p.env.text(vars[j]);
-        if j == 0 {
-            let _ = writeln!(out, "  const long long {name} = gl_rest;");
-        } else {
-            let size = c_of(p, h, sizes[j], printer);
-            let _ = writeln!(
-                out,
-                "  const long long {name} = gl_rest % ({size}); gl_rest /= ({size});"
-            );
-        }
-    }
-    out
-}
-
-/// Parameters: the buffers, the graph symbols `exprs` use (less the kernel's own variables), the
-/// hoisted sizes, the error flag. Also the declarations of the symbols inside the function.
-fn parameters(
-    p: &Program,
-    h: &hoist::Hoister,
-    buffers: &[(BufferId, bool)],
-    exprs: &[&[Expr]],
-    vars: &[Expr],
-    pointers: &[String],
-) -> (Vec<String>, Vec<Param>, String) {
-    let (mut params_c, mut params) = (Vec::new(), Vec::new());
-    for &(b, written) in buffers {
-        let q = if written { "" } else { "const " };
-        let t = storage_type(p.buffers[b.index()].dtype);
-        params_c.push(format!("{q}{t}* __restrict__ {}", pointers[b.index()]));
-        params.push(Param::Buffer {
-            buffer: p.buffers[b.index()].name.clone(),
-            written,
-        });
-    }
-    let own: FxHashSet<SymbolId> = vars
-        .iter()
-        .filter_map(|&v| p.env.pool().as_symbol(v))
-        .chain(h.derived.iter().map(|&(s, _)| s))
-        .collect();
-    let all: Vec<Expr> = exprs.iter().flat_map(|e| e.iter().copied()).collect();
-    let mut symbols: Vec<SymbolId> = p
-        .env
-        .pool()
-        .free_symbols_of(&all)
-        .into_iter()
-        .filter(|s| !own.contains(s))
-        .collect();
-    symbols.sort_by_key(|&s| p.env.symbol_name(s).to_string());
-    let mut decls = String::new();
-    for s in symbols {
-        let n = p.env.symbol_name(s).to_string();
-        params_c.push(format!("long long gl_sym_{n}"));
-        params.push(Param::Symbol { name: n.clone() });
-        let _ = writeln!(decls, "  const long long {n} = gl_sym_{n};");
-    }
-    for &(s, e) in &h.derived {
-        let n = p.env.symbol_name(s).to_string();
-        params_c.push(format!("long long gl_sym_{n}"));
-        params.push(Param::Derived {
-            name: n.clone(),
-            expr: p.env.text(e),
-        });
-        let _ = writeln!(decls, "  const long long {n} = gl_sym_{n};");
-    }
-    params_c.push("int* __restrict__ gl_error".into());
-    params.push(Param::Error);
-    (params_c, params, decls)
 }
 
 #[allow(clippy::too_many_arguments)]

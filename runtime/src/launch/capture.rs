@@ -14,20 +14,25 @@ impl<D: Device> Session<'_, D> {
     pub fn capture(&mut self, dev_: &mut D) -> Result<(), LaunchError> {
         self.execute(dev_)?;
         self.check(dev_)?;
-        if self.host_steps > 0 {
-            let buffers = &self.exe.program.buffers;
-            let steps: Vec<String> = self
-                .host_step_buffers
-                .iter()
-                .map(|b| {
-                    let buf = &buffers[b.index()];
-                    format!("{} ({})", buf.name, buf.origins.join(", "))
-                })
-                .collect();
-            return Err(LaunchError::Capture(format!(
-                "it runs steps on the host: {}",
+        let buffers = &self.exe.program.buffers;
+        let name = |b: &guardless_ir::loop_ir::BufferId| {
+            let buf = &buffers[b.index()];
+            format!("{} ({})", buf.name, buf.origins.join(", "))
+        };
+        let mut why = Vec::new();
+        if !self.host_step_buffers.is_empty() {
+            let steps: Vec<String> = self.host_step_buffers.iter().map(name).collect();
+            why.push(format!("it runs steps on the host: {}", steps.join("; ")));
+        }
+        if !self.syncs.is_empty() {
+            let steps: Vec<String> = self.syncs.iter().map(name).collect();
+            why.push(format!(
+                "it reads data-dependent sizes back: {}",
                 steps.join("; ")
-            )));
+            ));
+        }
+        if !why.is_empty() {
+            return Err(LaunchError::Capture(why.join(", and ")));
         }
         if let Some(old) = self.recording.take() {
             dev_.drop_recording(old);

@@ -12,7 +12,7 @@ use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
 pub(super) fn in_place_scatters(
     p: &Program,
     s: &Schedule,
-    on_device: &[Option<[usize; 2]>],
+    on_device: &[[Option<usize>; 4]],
 ) -> Vec<bool> {
     let mut out = vec![false; p.buffers.len()];
     for (at, step) in s.steps.iter().enumerate() {
@@ -32,7 +32,7 @@ pub(super) fn in_place_scatters(
             &p.buffers[id.index()].layout,
         );
         let same_layout = bl.strides == sl.strides && bl.offset == sl.offset;
-        out[id.index()] = on_device[id.index()].is_some()
+        out[id.index()] = on_device[id.index()].iter().any(Option::is_some)
             && written_back
             && same_layout
             && !p.outputs.contains(&base)

@@ -2,16 +2,17 @@
 //! It places buffers as the memory plan says, binds symbols as steps produce them, picks each
 //! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
 //! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
-//! launches, matmuls and copies; scatters (`index_put`) run as the generated copy and write
-//! functions. Library steps a device cannot run (sort, scan, nonzero, `.item()`, matmuls whose
-//! layouts cuBLAS cannot take) run on the host between device steps.
+//! launches, matmuls and copies; scatters (`index_put`) and selects (`nonzero`,
+//! `masked_select`) run as generated functions, a select's count read back. Library steps a
+//! device cannot run (sort, scan, `.item()`, matmuls whose layouts cuBLAS cannot take) run on the
+//! host between device steps.
 //!
 //! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
 //! emulation of CUDA, so everything here is exercised without a GPU.
 
 mod gemm;
 
-use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param, ScatterPart};
+use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param, Part};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
@@ -100,8 +101,9 @@ pub struct Executable {
     pub module: CudaModule,
     /// `[kernel][variant]`: the entry to launch, `None` when the variant has no generated code.
     variant_entry: Vec<Vec<Option<usize>>>,
-    /// By buffer: a scatter step's device functions, `[copy, write]` (`None`: on the host).
-    scatter_entries: Vec<Option<[usize; 2]>>,
+    /// By buffer and [`Part`] (in `Part::ALL` order): the entries of a library step done on the
+    /// device (a scatter or a select); a step without all of its parts runs on the host.
+    step_entries: Vec<[Option<usize>; 4]>,
     /// By buffer: a device scatter that writes into its base's storage (see `in_place`).
     in_place: Vec<bool>,
     params: Vec<Vec<ArgSource>>,
@@ -125,12 +127,12 @@ impl Executable {
             .iter()
             .map(|k| vec![None; k.variants.len()])
             .collect();
-        let mut scatter_entries: Vec<Option<[usize; 2]>> = vec![None; program.buffers.len()];
+        let mut step_entries: Vec<[Option<usize>; 4]> = vec![[None; 4]; program.buffers.len()];
         let mut params = Vec::with_capacity(module.entries.len());
         for (i, e) in module.entries.iter().enumerate() {
             let origins = match &e.of {
                 EntryOf::Kernel { kernel, .. } => schedule.kernels[*kernel].origins.clone(),
-                EntryOf::Scatter { buffer, .. } => program
+                EntryOf::Library { buffer, .. } => program
                     .buffers
                     .iter()
                     .find(|b| &b.name == buffer)
@@ -146,14 +148,14 @@ impl Executable {
                     variant_entry[*kernel][*variant] = Some(i);
                 }
                 EntryOf::Kernel { .. } => {}
-                EntryOf::Scatter { buffer, part } => {
+                EntryOf::Library { buffer, part } => {
                     let id = program
                         .buffers
                         .iter()
                         .position(|b| &b.name == buffer)
                         .ok_or_else(|| bad(format!("no buffer named {buffer}")))?;
-                    let parts = scatter_entries[id].get_or_insert([usize::MAX; 2]);
-                    parts[usize::from(*part == ScatterPart::Write)] = i;
+                    let k = Part::ALL.iter().position(|p| p == part).expect("a part");
+                    step_entries[id][k] = Some(i);
                 }
             }
             let mut ps = Vec::with_capacity(e.params.len());
@@ -191,19 +193,13 @@ impl Executable {
             }
             params.push(ps);
         }
-        // A scatter runs on the device only with both functions.
-        for parts in &mut scatter_entries {
-            if parts.is_some_and(|p| p.contains(&usize::MAX)) {
-                *parts = None;
-            }
-        }
-        let in_place = in_place::in_place_scatters(&program, &schedule, &scatter_entries);
+        let in_place = in_place::in_place_scatters(&program, &schedule, &step_entries);
         Ok(Executable {
             program,
             schedule,
             module,
             variant_entry,
-            scatter_entries,
+            step_entries,
             in_place,
             params,
         })
@@ -273,6 +269,9 @@ pub struct Session<'e, D: Device> {
     pub host_steps: usize,
     /// Their buffers (why a call cannot be recorded).
     host_step_buffers: Vec<BufferId>,
+    /// Steps on the device whose data-dependent size came back to the host, in the last
+    /// execution (a recording could not replay that either).
+    syncs: Vec<BufferId>,
     /// The call recorded by [`Session::capture`], for [`Session::replay`].
     recording: Option<usize>,
     /// The caller's device tensors: an output that mutates an input copied in is written back
@@ -334,6 +333,7 @@ impl<'e, D: Device> Session<'e, D> {
             copied_input_bytes: 0,
             host_steps: 0,
             host_step_buffers: Vec::new(),
+            syncs: Vec::new(),
             recording: None,
             device_inputs: match inputs {
                 Inputs::Device(t) => t.to_vec(),
@@ -485,6 +485,7 @@ impl<'e, D: Device> Session<'e, D> {
         self.b = self.given.clone();
         self.host_steps = 0;
         self.host_step_buffers.clear();
+        self.syncs.clear();
         let flag = dev_.address(&self.error);
         dev(dev_.fill(flag, 0, 4))?;
         for step in &self.exe.schedule.steps {
@@ -641,8 +642,22 @@ impl<'e, D: Device> Session<'e, D> {
                 return Ok(());
             }
         }
-        if let Some(parts) = self.exe.scatter_entries[id.index()] {
-            return self.device_scatter(dev_, id, parts);
+        let parts = &self.exe.step_entries[id.index()];
+        let part = |p: Part| parts[Part::ALL.iter().position(|&q| q == p).expect("a part")];
+        match (
+            &buf.kind,
+            part(Part::Copy),
+            part(Part::Count),
+            part(Part::Scan),
+            part(Part::Write),
+        ) {
+            (BufferKind::Scatter { .. }, Some(copy), _, _, Some(write)) => {
+                return self.device_scatter(dev_, id, [copy, write]);
+            }
+            (BufferKind::Select { .. }, _, Some(count), Some(scan), Some(write)) => {
+                return self.device_select(dev_, id, [count, scan, write]);
+            }
+            _ => {}
         }
         // On the host: the storage it reads comes back, the result goes out.
         self.host_steps += 1;
@@ -720,6 +735,42 @@ impl<'e, D: Device> Session<'e, D> {
         }
         let grid = (points as u64).div_ceil(threads as u64) as i64;
         self.launch(dev_, write, grid, threads, &bad)
+    }
+
+    /// `nonzero` / `masked_select` on the device: blocks count, one block scans the counts, the
+    /// total comes back (8 bytes: the count symbol, checked against its range, sizes the
+    /// output), then the blocks write the kept elements in order.
+    fn device_select(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        [count, scan, write]: [usize; 3],
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::select::{CHUNK, THREADS};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let BufferKind::Select {
+            input,
+            count: symbol,
+            ..
+        } = buf.kind
+        else {
+            unreachable!("select entries belong to select buffers")
+        };
+        let bad = |message: String| fail(buf, message);
+        let numel: i64 = self.sizes(&p.buffers[input.index()])?.iter().product();
+        let blocks = numel.max(0).div_euclid(CHUNK) + i64::from(numel.max(0) % CHUNK != 0);
+        self.launch(dev_, count, blocks, THREADS, &bad)?;
+        self.launch(dev_, scan, 1, THREADS, &bad)?;
+        // The total, after the blocks' positions in the workspace.
+        let work = self.work.as_ref().map_or(0, |(m, _)| dev_.address(m));
+        let mut total = [0u8; 8];
+        dev(dev_.download(work + 8 * blocks as u64, &mut total))?;
+        self.syncs.push(id);
+        p.bind_produced(&mut self.b, symbol, i64::from_le_bytes(total))
+            .map_err(bad)?;
+        self.allocate(dev_, id)?;
+        self.launch(dev_, write, blocks, THREADS, &bad)
     }
 
     /// `mm`/`bmm` on the device; `false` when the layouts need the host.

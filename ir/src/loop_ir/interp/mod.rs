@@ -234,7 +234,7 @@ impl Program {
 
 impl Program {
     /// Binds a symbol a data-dependent op produced, checking its range and the asserts it completes.
-    fn bind_produced(
+    pub fn bind_produced(
         &self,
         b: &mut Bindings,
         symbol: crate::sym::SymbolId,
