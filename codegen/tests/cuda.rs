@@ -277,3 +277,31 @@ fn select_functions_compile_for_sm90() {
         }
     }
 }
+
+#[test]
+fn scan_and_sort_functions_compile_for_sm90() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    for dtype in ["f32", "bf16", "f16", "f64", "i64", "i32", "i8", "u8"] {
+        let m = cuda_of(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "lines",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 1000000}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 8]}}],
+            "nodes": [{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": 0}}}},
+                      {{"name": "t", "op": "aten.topk.default", "args": {{"self": {{"tensor": "x"}}, "k": 2}}}}],
+            "outputs": [{{"tensor": "c"}}, {{"tensor": "t", "index": 0}}, {{"tensor": "t", "index": 1}}]}}"#
+        ));
+        let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.starts_with("scan_"))
+                && names.iter().any(|n| n.starts_with("sort_")),
+            "{dtype}: {names:?}"
+        );
+        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
+            .unwrap_or_else(|e| panic!("{dtype}: {e}\n{}", m.source));
+        for e in &m.entries {
+            let r = c.kernels.iter().find(|k| k.name == e.name);
+            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{dtype}: {}", e.name);
+        }
+    }
+}

@@ -359,18 +359,18 @@ fn a_call_with_host_steps_cannot_be_recorded() {
     );
     assert!(dev.recording.is_none() && dev.recordings.is_empty());
     drop(s);
-    // cumsum runs on the host.
+    // A sort of 300 elements runs on the host (too long for a thread per line).
     let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "cumsum",
-        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 64}],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 3]}],
-        "nodes": [{"name": "c", "op": "aten.cumsum.default", "args": {"self": {"tensor": "x"}, "dim": 0}}],
-        "outputs": [{"tensor": "c"}]}"#,
+        r#"{"format": "guardless-graph", "version": 1, "name": "long_sort",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 4096}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}],
+        "nodes": [{"name": "c", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}}}],
+        "outputs": [{"tensor": "c", "index": 0}]}"#,
     )
     .unwrap();
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
-    let mut dev = Emu::new("cumsum_capture", &exe);
-    let (inputs, b) = inputs_at(&g, 4, 5);
+    let mut dev = Emu::new("long_sort_capture", &exe);
+    let (inputs, b) = inputs_at(&g, 300, 5);
     let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
     let e = s.capture(&mut dev).unwrap_err().to_string();
     assert!(

@@ -317,3 +317,44 @@ fn a_cache_write_written_back_is_done_in_place() {
         drop((s, keep));
     }
 }
+
+#[test]
+fn a_view_of_a_cache_written_in_place_reads_the_cache() {
+    // scores = new · written^T: the matmul reads the updated cache through a transposed view.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "cache_view",
+        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
+        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
+                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
+                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
+        "nodes": [{"name": "written", "op": "aten.index_put.default",
+                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
+                            "values": {"tensor": "new"}, "accumulate": true}},
+                  {"name": "wt", "op": "aten.t.default", "args": {"self": {"tensor": "written"}}},
+                  {"name": "scores", "op": "aten.mm.default", "args": {"self": {"tensor": "new"}, "mat2": {"tensor": "wt"}}}],
+        "outputs": [{"tensor": "written", "mutates": "cache"}, {"tensor": "scores"}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("cache_view", &exe);
+    let mut host = differential::cache_accumulate_inputs();
+    small_integers(&mut host[2..]);
+    let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
+    let (keep, tensors): (Vec<_>, Vec<_>) = host
+        .iter()
+        .map(|t| emulated::to_device(&mut dev, t, false))
+        .unzip();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    for call in 1..=2 {
+        let want = reference::run(&g, &host, &b).unwrap();
+        g.write_back(&mut host, &want).unwrap();
+        s.execute(&mut dev).unwrap();
+        for (gt, w) in s.outputs(&mut dev).unwrap().iter().zip(&want) {
+            assert_close(&format!("call {call}"), gt, w);
+        }
+    }
+    assert_eq!(dev.copied_bytes, 0, "the cache was copied");
+    assert!(dev.gemms > 0);
+    drop((s, keep));
+}

@@ -95,6 +95,17 @@ __device__ __forceinline__ void gl_atomic_add(signed char* p, long long i, int v
 __device__ __forceinline__ void gl_atomic_add(unsigned char* p, long long i, int v) { gl_atomic_add_narrow(p, i, v); }
 __device__ __forceinline__ void gl_atomic_add(bool* p, long long i, bool v) { gl_atomic_add_narrow(p, i, v); }
 
+// Sorting's order: element (at a, position ai) before (at b, position bi). NaN is above every
+// number; equal values keep their positions' order (a stable sort).
+template <typename T>
+__device__ __forceinline__ bool gl_sort_before(long long a, long long ai, long long b, long long bi, const T* p, bool descending) {
+  const auto x = gl_ld(p, a), y = gl_ld(p, b);
+  const bool xn = x != x, yn = y != y;
+  int c = (xn || yn) ? (xn == yn ? 0 : (xn ? 1 : -1)) : (x < y ? -1 : (x > y ? 1 : 0));
+  if (descending) c = -c;
+  return c < 0 || (c == 0 && ai < bi);
+}
+
 // reduction_ms_out_0: ms, out
 // persistent reduction: n rows × 4096; 128 threads, 128 per row, 1024 lanes (8 per thread), vector 8, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.

@@ -5,6 +5,7 @@
 mod body;
 mod hoist;
 mod library;
+pub mod lines;
 pub mod scatter;
 pub mod select;
 
@@ -30,6 +31,7 @@ const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
 const SCATTER: &str = include_str!("../../../templates/scatter.cu");
 const SELECT: &str = include_str!("../../../templates/select.cu");
+const LINES: &str = include_str!("../../../templates/lines.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -147,6 +149,7 @@ fn engine() -> Tera {
         ("reduction.cu", REDUCTION),
         ("scatter.cu", SCATTER),
         ("select.cu", SELECT),
+        ("lines.cu", LINES),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -270,6 +273,14 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
             BufferKind::Select { .. } => (
                 "select",
                 select::render(p, &tera, ENTRY, b, &pointers).to_vec(),
+            ),
+            BufferKind::Scan { .. } => (
+                "scan",
+                lines::render(p, &tera, ENTRY, b, &pointers).to_vec(),
+            ),
+            BufferKind::Sort { .. } => (
+                "sort",
+                lines::render(p, &tera, ENTRY, b, &pointers).to_vec(),
             ),
             _ => continue,
         };

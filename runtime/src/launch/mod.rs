@@ -2,10 +2,10 @@
 //! It places buffers as the memory plan says, binds symbols as steps produce them, picks each
 //! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
 //! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
-//! launches, matmuls and copies; scatters (`index_put`) and selects (`nonzero`,
-//! `masked_select`) run as generated functions, a select's count read back. Library steps a
-//! device cannot run (sort, scan, `.item()`, matmuls whose layouts cuBLAS cannot take) run on the
-//! host between device steps.
+//! launches, matmuls and copies; scatters (`index_put`), selects (`nonzero`, `masked_select`;
+//! the count read back), scans and short sorts run as generated functions. Library steps a
+//! device cannot run (`.item()`, grouped and strided matmuls cuBLAS cannot take, long sorts) run
+//! on the host between device steps.
 //!
 //! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
 //! emulation of CUDA, so everything here is exercised without a GPU.
@@ -315,8 +315,12 @@ impl<'e, D: Device> Session<'e, D> {
                 slot_of[root].unwrap_or(slots + root)
             })
             .collect();
-        for (i, b) in p.buffers.iter().enumerate() {
-            if let (true, BufferKind::Scatter { base, .. }) = (exe.in_place[i], &b.kind) {
+        // A scatter done in place (and every view of it) lives in its base's storage.
+        for i in 0..n {
+            let root = p.storage_root(BufferId(i as u32));
+            if let (true, BufferKind::Scatter { base, .. }) =
+                (exe.in_place[root.index()], &p.buffers[root.index()].kind)
+            {
                 home[i] = home[base.index()];
             }
         }
@@ -657,6 +661,11 @@ impl<'e, D: Device> Session<'e, D> {
             (BufferKind::Select { .. }, _, Some(count), Some(scan), Some(write)) => {
                 return self.device_select(dev_, id, [count, scan, write]);
             }
+            (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
+                if self.device_lines(dev_, id, write)? =>
+            {
+                return Ok(());
+            }
             _ => {}
         }
         // On the host: the storage it reads comes back, the result goes out.
@@ -771,6 +780,46 @@ impl<'e, D: Device> Session<'e, D> {
             .map_err(bad)?;
         self.allocate(dev_, id)?;
         self.launch(dev_, write, blocks, THREADS, &bad)
+    }
+
+    /// A scan or a sort on the device, a thread per line; `false` (nothing done) for a sort
+    /// whose lines are too long for it (more than `SORT_WORK` comparisons a line).
+    fn device_lines(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        write: usize,
+    ) -> Result<bool, LaunchError> {
+        use guardless_codegen::cuda::lines::{SORT_WORK, THREADS};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let bad = |message: String| fail(buf, message);
+        let (input, dim, take) = match &buf.kind {
+            BufferKind::Scan { input, dim } => (*input, *dim, None),
+            BufferKind::Sort {
+                input, dim, take, ..
+            } => (*input, *dim, Some(*take)),
+            _ => unreachable!("a scan or a sort"),
+        };
+        let sizes = self.sizes(&p.buffers[input.index()])?;
+        let len = sizes[dim];
+        if let Some(take) = take {
+            let keep = match take {
+                Some(k) => self.eval(buf, k)?,
+                None => len,
+            };
+            if keep < 0 || keep > len {
+                return Err(bad(format!("selected {keep} of {len} elements")));
+            }
+            if keep.saturating_mul(len) > SORT_WORK {
+                return Ok(false);
+            }
+        }
+        self.allocate(dev_, id)?;
+        let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
+        let grid = (lines.max(0) as u64).div_ceil(THREADS as u64) as i64;
+        self.launch(dev_, write, grid, THREADS, &bad)?;
+        Ok(true)
     }
 
     /// `mm`/`bmm` on the device; `false` when the layouts need the host.
