@@ -305,3 +305,35 @@ fn scan_and_sort_functions_compile_for_sm90() {
         }
     }
 }
+
+#[test]
+fn grouped_mm_functions_compile_for_sm90() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    for dtype in ["f32", "bf16", "f16", "f64"] {
+        let m = cuda_of(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "gmm",
+            "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000}}],
+            "inputs": [{{"name": "a", "dtype": "{dtype}", "shape": [3, "u0"]}}, {{"name": "b", "dtype": "{dtype}", "shape": ["u0", 4]}},
+                       {{"name": "a3", "dtype": "{dtype}", "shape": [2, 3, 4]}}, {{"name": "b2", "dtype": "{dtype}", "shape": [4, "u0"]}},
+                       {{"name": "x", "dtype": "{dtype}", "shape": ["u0", 4]}}, {{"name": "w", "dtype": "{dtype}", "shape": [2, 4, 8]}},
+                       {{"name": "offs", "dtype": "i32", "shape": [2]}}],
+            "nodes": [{{"name": "k", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a"}}, "mat2": {{"tensor": "b"}}, "offs": {{"tensor": "offs"}}}}}},
+                      {{"name": "n", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "b2"}}, "offs": {{"tensor": "offs"}}}}}},
+                      {{"name": "r", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "w"}}, "offs": {{"tensor": "offs"}}}}}}],
+            "outputs": [{{"tensor": "k"}}, {{"tensor": "n"}}, {{"tensor": "r"}}]}}"#
+        ));
+        let count = m
+            .entries
+            .iter()
+            .filter(|e| e.name.starts_with("grouped_mm_"))
+            .count();
+        assert_eq!(count, 3, "{dtype}");
+        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
+            .unwrap_or_else(|e| panic!("{dtype}: {e}\n{}", m.source));
+        for e in &m.entries {
+            let r = c.kernels.iter().find(|k| k.name == e.name);
+            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{dtype}: {}", e.name);
+        }
+    }
+}

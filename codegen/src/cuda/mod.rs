@@ -3,6 +3,7 @@
 //! (embedded in the binary). Dynamic sizes are `long long` parameters; static ones constants.
 
 mod body;
+pub mod grouped_mm;
 mod hoist;
 mod library;
 pub mod lines;
@@ -29,7 +30,7 @@ const ENTRY: &str = "GL_ENTRY_NAME";
 const COMMON: &str = include_str!("../../../templates/common.cuh");
 const POINTWISE: &str = include_str!("../../../templates/pointwise.cu");
 const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
-const SCATTER: &str = include_str!("../../../templates/scatter.cu");
+const PER_ELEMENT: &str = include_str!("../../../templates/per_element.cu");
 const SELECT: &str = include_str!("../../../templates/select.cu");
 const LINES: &str = include_str!("../../../templates/lines.cu");
 
@@ -147,7 +148,7 @@ fn engine() -> Tera {
         ("common.cuh", COMMON),
         ("pointwise.cu", POINTWISE),
         ("reduction.cu", REDUCTION),
-        ("scatter.cu", SCATTER),
+        ("per_element.cu", PER_ELEMENT),
         ("select.cu", SELECT),
         ("lines.cu", LINES),
     ] {
@@ -274,6 +275,12 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 "select",
                 select::render(p, &tera, ENTRY, b, &pointers).to_vec(),
             ),
+            BufferKind::Extern { .. } => {
+                match grouped_mm::render(p, &tera, ENTRY, b, &pointers, &mut errors) {
+                    Some(f) => ("grouped_mm", f.to_vec()),
+                    None => continue,
+                }
+            }
             BufferKind::Scan { .. } => (
                 "scan",
                 lines::render(p, &tera, ENTRY, b, &pointers).to_vec(),

@@ -1,4 +1,4 @@
-//! `index_put` on the device: two functions per scatter step. `copy` reads the base through its
+//! `index_put` on the device: two functions per scatter step (`templates/per_element.cu`). `copy` reads the base through its
 //! layout into the contiguous result (the launcher uses a plain device copy instead when the base
 //! is dense in the same order); `write` runs the step's body once per point and stores the value
 //! at its target, or adds it atomically (`accumulate`). Targets come from indices the body checks
@@ -212,5 +212,5 @@ fn function(
     ctx.insert("count", count);
     ctx.insert("decompose", decompose);
     ctx.insert("body", body);
-    tera.render("scatter.cu", &ctx).map(|t| t + "\n")
+    tera.render("per_element.cu", &ctx).map(|t| t + "\n")
 }

@@ -42,7 +42,14 @@ pub fn launchers(p: &Program, m: &CudaModule) -> String {
 
 pub struct Compiled {
     pub lib: libloading::Library,
-    _dir: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Compiled {
+    /// The build's directory goes with it (the loaded library stays mapped until unloaded).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
@@ -80,5 +87,5 @@ pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
         String::from_utf8_lossy(&out.stderr)
     );
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    Compiled { lib, _dir: dir }
+    Compiled { lib, dir }
 }

@@ -3,9 +3,9 @@
 //! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
 //! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
 //! launches, matmuls and copies; scatters (`index_put`), selects (`nonzero`, `masked_select`;
-//! the count read back), scans and short sorts run as generated functions. Library steps a
-//! device cannot run (`.item()`, grouped and strided matmuls cuBLAS cannot take, long sorts) run
-//! on the host between device steps.
+//! the count read back), scans, short sorts and grouped matmuls run as generated functions.
+//! Library steps a device cannot run (`.item()`, matmuls whose layouts cuBLAS cannot take, long
+//! sorts) run on the host between device steps.
 //!
 //! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
 //! emulation of CUDA, so everything here is exercised without a GPU.
@@ -660,6 +660,22 @@ impl<'e, D: Device> Session<'e, D> {
             }
             (BufferKind::Select { .. }, _, Some(count), Some(scan), Some(write)) => {
                 return self.device_select(dev_, id, [count, scan, write]);
+            }
+            (
+                BufferKind::Extern {
+                    kernel: ExternKernel::GroupedMm,
+                    ..
+                },
+                _,
+                _,
+                _,
+                Some(write),
+            ) => {
+                use guardless_codegen::cuda::grouped_mm::THREADS;
+                self.allocate(dev_, id)?;
+                let numel: i64 = self.sizes(buf)?.iter().product();
+                let grid = (numel.max(0) as u64).div_ceil(THREADS as u64) as i64;
+                return self.launch(dev_, write, grid, THREADS, &|m| fail(buf, m));
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write)? =>

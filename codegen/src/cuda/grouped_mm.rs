@@ -1,0 +1,222 @@
+//! `_grouped_mm` (MoE experts) on the device: one thread per output element, a dot product over
+//! the inner dimension accumulated in f32 (f64 for f64) and rounded once, the operands read
+//! through their layouts. The group of a row (or a column, or the inner slice) comes from the
+//! offsets, scanned per thread (there are few groups); the first thread checks them and raises
+//! ATen's error when they decrease or pass the grouped dimension, and every bound is clamped so
+//! that bad offsets never read out of bounds. cuBLAS has no grouped form with data-dependent
+//! group sizes, so this replaces the host round trip of the operands (all experts' weights)
+//! with a plain kernel; a tiled one would be faster.
+
+use std::fmt::Write;
+
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::{BufferId, BufferKind, Check, ExternKernel, Program};
+use guardless_ir::sym::{CPrinter, Expr};
+use tera::{Context, Tera};
+
+use super::library::{c_of, decompose, locals, parameters};
+use super::{hoist, Param, Part};
+
+/// Threads per block; a thread per output element.
+pub const THREADS: i64 = 256;
+
+/// The one function of grouped matmul `id`.
+pub(super) fn render(
+    p: &mut Program,
+    tera: &Tera,
+    entry: &str,
+    id: BufferId,
+    pointers: &[String],
+    errors: &mut Vec<String>,
+) -> Option<[(Part, String, Vec<Param>); 1]> {
+    let buf = p.buffers[id.index()].clone();
+    let BufferKind::Extern {
+        kernel: ExternKernel::GroupedMm,
+        inputs,
+    } = &buf.kind
+    else {
+        return None;
+    };
+    let (a, m, offs) = (inputs[0], inputs[1], inputs.get(2).copied());
+    let (la, lm) = (
+        p.buffers[a.index()].layout.clone(),
+        p.buffers[m.index()].layout.clone(),
+    );
+    let (ra, rm) = (la.sizes.len(), lm.sizes.len());
+    let printer = CPrinter::cuda("long long", "i64");
+    let out_sizes = buf.layout.sizes.clone();
+    let o: Vec<Expr> = out_sizes
+        .iter()
+        .map(|&n| p.env.new_index_var("gl_o", n))
+        .collect();
+    let k = p.env.new_index_var("gl_k", la.sizes[ra - 1]);
+    // The group: ranges over the operand's group dimension.
+    let groups = match (ra, rm) {
+        (2, 3) => lm.sizes[0],
+        (3, 2) | (3, 3) => la.sizes[0],
+        _ => out_sizes[0],
+    };
+    let g = p.env.new_index_var("gl_g", groups);
+    // Operand indices, the inner extent, the grouped dimension's size, what picks the group.
+    let (ia, im, inner, limit, grouped): (Vec<Expr>, Vec<Expr>, Expr, Option<Expr>, &str) =
+        match (ra, rm, offs) {
+            (3, 3, None) => (
+                vec![o[0], o[1], k],
+                vec![o[0], k, o[2]],
+                la.sizes[2],
+                None,
+                "none",
+            ),
+            (2, 3, Some(_)) => (
+                vec![o[0], k],
+                vec![g, k, o[1]],
+                la.sizes[1],
+                Some(la.sizes[0]),
+                "row",
+            ),
+            (2, 2, Some(_)) => (
+                vec![o[1], k],
+                vec![k, o[2]],
+                la.sizes[1],
+                Some(la.sizes[1]),
+                "inner",
+            ),
+            (3, 2, Some(_)) => (
+                vec![g, o[0], k],
+                vec![k, o[1]],
+                la.sizes[2],
+                Some(lm.sizes[1]),
+                "column",
+            ),
+            _ => return None,
+        };
+    let index_a = la.index(&mut p.env, &ia);
+    let index_m = lm.index(&mut p.env, &im);
+    let numel = buf.layout.numel(&mut p.env);
+    let store_at = buf.layout.index(&mut p.env, &o);
+    let mut vars = o.clone();
+    vars.extend([k, g]);
+    let mut h = hoist::Hoister::new(&p.env, locals(p, &vars, &[]));
+    let count = c_of(p, &mut h, numel, &printer);
+    let split = decompose(p, &mut h, &o, &out_sizes, &printer);
+    let [a_c, m_c, inner_c, store_c] =
+        [index_a, index_m, inner, store_at].map(|e| c_of(p, &mut h, e, &printer));
+    let limit_c = limit.map(|l| c_of(p, &mut h, l, &printer));
+    let groups_c = offs.map(|b| {
+        let n = p.buffers[b.index()].layout.sizes[0];
+        c_of(p, &mut h, n, &printer)
+    });
+    let acc = if buf.dtype == DType::F64 {
+        "double"
+    } else {
+        "float"
+    };
+    let (pa, pm, out) = (
+        &pointers[a.index()],
+        &pointers[m.index()],
+        &pointers[id.index()],
+    );
+    let (kv, gv) = (p.env.text(k), p.env.text(g));
+    let mut body = String::new();
+    if let (Some(offs), Some(limit), Some(groups)) = (offs, &limit_c, &groups_c) {
+        let po = &pointers[offs.index()];
+        errors.push(format!(
+            "{} ({}): {}",
+            buf.name,
+            buf.origins.join(", "),
+            Check::GroupOffsets.message()
+        ));
+        let code = errors.len();
+        let _ = writeln!(body, "  const long long gl_groups = {groups};");
+        let _ = writeln!(body, "  const long long gl_limit = {limit};");
+        let _ = writeln!(body, "  if (gl_lin == 0) {{");
+        let _ = writeln!(body, "    long long gl_start = 0;");
+        let _ = writeln!(
+            body,
+            "    for (long long gl_i = 0; gl_i < gl_groups; ++gl_i) {{"
+        );
+        let _ = writeln!(
+            body,
+            "      const long long gl_end = (long long){po}[gl_i];"
+        );
+        let _ = writeln!(
+            body,
+            "      if (gl_end < gl_start || gl_end > gl_limit) gl_fail(gl_error, {code});"
+        );
+        let _ = writeln!(body, "      gl_start = gl_end;");
+        let _ = writeln!(body, "    }}");
+        let _ = writeln!(body, "  }}");
+        // The group (or the inner slice) of this element; bounds clamped to [0, limit].
+        let _ = writeln!(body, "  long long {gv} = -1, gl_lo = 0, gl_hi = 0;");
+        let at = match grouped {
+            "row" => p.env.text(o[0]),
+            "column" => p.env.text(o[1]),
+            _ => String::new(),
+        };
+        let _ = writeln!(body, "  {{");
+        let _ = writeln!(body, "    long long gl_start = 0;");
+        let _ = writeln!(
+            body,
+            "    for (long long gl_i = 0; gl_i < gl_groups; ++gl_i) {{"
+        );
+        let _ = writeln!(body, "      long long gl_end = (long long){po}[gl_i];");
+        let _ = writeln!(body, "      gl_end = gl_end < gl_start ? gl_start : (gl_end > gl_limit ? gl_limit : gl_end);");
+        if grouped == "inner" {
+            let o0 = p.env.text(o[0]);
+            let _ = writeln!(body, "      if (gl_i == {o0}) {{ {gv} = gl_i; gl_lo = gl_start; gl_hi = gl_end; break; }}");
+        } else {
+            let _ = writeln!(
+                body,
+                "      if ({at} >= gl_start && {at} < gl_end) {{ {gv} = gl_i; break; }}"
+            );
+        }
+        let _ = writeln!(body, "      gl_start = gl_end;");
+        let _ = writeln!(body, "    }}");
+        let _ = writeln!(body, "  }}");
+        if grouped != "inner" {
+            let _ = writeln!(body, "  if ({gv} >= 0) {{ gl_lo = 0; gl_hi = {inner_c}; }}");
+        }
+    } else {
+        let _ = writeln!(
+            body,
+            "  const long long {gv} = 0, gl_lo = 0, gl_hi = {inner_c};"
+        );
+    }
+    let _ = writeln!(body, "  {acc} gl_acc = 0;");
+    let _ = writeln!(
+        body,
+        "  for (long long {kv} = gl_lo; {kv} < gl_hi; ++{kv}) {{"
+    );
+    let _ = writeln!(
+        body,
+        "    gl_acc += ({acc})gl_ld({pa}, {a_c}) * ({acc})gl_ld({pm}, {m_c});"
+    );
+    let _ = writeln!(body, "  }}");
+    let _ = writeln!(body, "  gl_st({out}, {store_c}, gl_acc);");
+
+    let mut buffers = vec![(id, true), (a, false), (m, false)];
+    buffers.extend(offs.map(|b| (b, false)));
+    let mut exprs = vec![numel, index_a, index_m, inner, store_at];
+    exprs.extend(limit);
+    exprs.extend(offs.map(|b| p.buffers[b.index()].layout.sizes[0]));
+    let (params_c, params, decls) = parameters(p, &h, &buffers, &[&exprs[..]], &vars, pointers);
+    let mut ctx = Context::new();
+    ctx.insert("name", &buf.name);
+    ctx.insert("nodes", &buf.origins.join(", "));
+    ctx.insert(
+        "what",
+        &format!("grouped matmul ({grouped} groups): a thread per output element"),
+    );
+    ctx.insert("entry", entry);
+    ctx.insert("threads", &THREADS);
+    ctx.insert("params", &params_c.join(", "));
+    ctx.insert("symbols", &decls);
+    ctx.insert("count", &count);
+    ctx.insert("decompose", &split);
+    ctx.insert("body", &body);
+    let text = tera
+        .render("per_element.cu", &ctx)
+        .map(|t| t + "\n")
+        .expect("element template");
+    Some([(Part::Write, text, params)])
+}
