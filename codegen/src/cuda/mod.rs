@@ -89,8 +89,20 @@ pub enum Part {
     Write,
 }
 
+const _: () = assert!(
+    Part::Copy as usize == 0
+        && Part::Count as usize == 1
+        && Part::Scan as usize == 2
+        && Part::Write as usize == 3
+);
+
 impl Part {
     pub const ALL: [Part; 4] = [Part::Copy, Part::Count, Part::Scan, Part::Write];
+
+    /// The part's position in [`Part::ALL`] (its declaration order; checked below).
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn name(self) -> &'static str {
         match self {

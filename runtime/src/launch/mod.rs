@@ -154,8 +154,7 @@ impl Executable {
                         .iter()
                         .position(|b| &b.name == buffer)
                         .ok_or_else(|| bad(format!("no buffer named {buffer}")))?;
-                    let k = Part::ALL.iter().position(|p| p == part).expect("a part");
-                    step_entries[id][k] = Some(i);
+                    step_entries[id][part.index()] = Some(i);
                 }
             }
             let mut ps = Vec::with_capacity(e.params.len());
@@ -647,7 +646,7 @@ impl<'e, D: Device> Session<'e, D> {
             }
         }
         let parts = &self.exe.step_entries[id.index()];
-        let part = |p: Part| parts[Part::ALL.iter().position(|&q| q == p).expect("a part")];
+        let part = |p: Part| parts[p.index()];
         match (
             &buf.kind,
             part(Part::Copy),
