@@ -242,3 +242,39 @@ fn a_kv_cache_on_the_gpu_is_written_back_where_it_lies() {
     }
     drop((s, keep));
 }
+
+#[test]
+fn library_steps_run_on_the_gpu() {
+    if !gpu("library_steps_run_on_the_gpu") {
+        return;
+    }
+    // The MoE path (sort, histc, cumsum, grouped matmul), and a cumsum with a topk: every step
+    // on the device (up to the sort's bound), against the reference.
+    let moe = Graph::from_json(include_str!("../../tests/graphs/moe_grouped_mm.json")).unwrap();
+    let lines = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "lines",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 8]}, {"name": "m", "dtype": "i64", "shape": [2, "n"]}],
+        "nodes": [{"name": "c", "op": "aten.cumsum.default", "args": {"self": {"tensor": "m"}, "dim": -1}},
+                  {"name": "t", "op": "aten.topk.default", "args": {"self": {"tensor": "x"}, "k": 2}}],
+        "outputs": [{"tensor": "c"}, {"tensor": "t", "index": 0}, {"tensor": "t", "index": 1}]}"#,
+    )
+    .unwrap();
+    for (g, symbol, sizes) in [(&moe, "u0", [0, 13, 256]), (&lines, "n", [0, 17, 5000])] {
+        let mut gpu = CudaProgram::compile(lower(g).unwrap()).unwrap();
+        for (seed, n) in sizes.into_iter().enumerate() {
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id(symbol).unwrap(), n);
+            let inputs = random_inputs(g, &b, seed as u64, (0, 3));
+            let b = reference::bind_inputs(g, &inputs, &b).unwrap();
+            let want = reference::run(g, &inputs, &b).unwrap();
+            let (exe, dev) = gpu.parts();
+            let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+            s.execute(dev).unwrap();
+            assert_eq!(s.host_steps, 0, "{}: host steps at {n}", g.name);
+            for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
+                assert_close(&format!("{} at {n}", g.name), got, w);
+            }
+        }
+    }
+}

@@ -18,19 +18,6 @@ use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::launch::{Executable, Inputs};
 
-const MOE: &str = r#"{"format": "guardless-graph", "version": 1, "name": "moe_grouped_mm",
-    "symbols": [{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 64}],
-    "inputs": [{"name": "x", "dtype": "bf16", "shape": ["u0", 5]}, {"name": "eid", "dtype": "i64", "shape": ["u0"]},
-               {"name": "w", "dtype": "bf16", "shape": [3, 5, 4], "kind": "parameter"}],
-    "nodes": [{"name": "srt", "op": "aten.sort.default", "args": {"self": {"tensor": "eid"}}},
-              {"name": "xs", "op": "aten.index.Tensor", "args": {"self": {"tensor": "x"}, "indices": [{"tensor": "srt", "index": 1}]}},
-              {"name": "ef", "op": "aten._to_copy.default", "args": {"self": {"tensor": "eid"}, "dtype": {"dtype": "f32"}}},
-              {"name": "cnt", "op": "aten.histc.default", "args": {"self": {"tensor": "ef"}, "bins": 3, "min": 0, "max": 2}},
-              {"name": "ends", "op": "aten.cumsum.default", "args": {"self": {"tensor": "cnt"}, "dim": 0}},
-              {"name": "offs", "op": "aten._to_copy.default", "args": {"self": {"tensor": "ends"}, "dtype": {"dtype": "i32"}}},
-              {"name": "out", "op": "aten._grouped_mm.default", "args": {"self": {"tensor": "xs"}, "mat2": {"tensor": "w"}, "offs": {"tensor": "offs"}}}],
-    "outputs": [{"tensor": "out"}]}"#;
-
 fn compare(what: &str, dev: &mut Emu, exe: &Executable, g: &Graph, inputs: &[HostTensor]) -> usize {
     let b = reference::bind_inputs(g, inputs, &Bindings::new()).unwrap();
     let want = reference::run(g, inputs, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -44,7 +31,7 @@ fn compare(what: &str, dev: &mut Emu, exe: &Executable, g: &Graph, inputs: &[Hos
 
 #[test]
 fn the_moe_path_runs_on_the_device() {
-    let g = Graph::from_json(MOE).unwrap();
+    let g = differential::test_graph("moe_grouped_mm.json");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("moe_grouped_mm", &exe);
     for (seed, n) in [(1, 0), (2, 1), (3, 13), (4, 300)] {
