@@ -1,6 +1,6 @@
-//! `index_put` on the device: two functions per scatter step (`templates/per_element.cu`). `copy` reads the base through its
-//! layout into the contiguous result (the launcher uses a plain device copy instead when the base
-//! is dense in the same order); `write` runs the step's body once per point and stores the value
+//! `index_put` on the device: two functions per scatter step (`templates/per_element.cu`).
+//! `copy` reads the base through its layout into the contiguous result (the launcher uses a plain
+//! device copy instead when the base is dense in the same order); `write` runs the step's body once per point and stores the value
 //! at its target, or adds it atomically (`accumulate`). Targets come from indices the body checks
 //! (an out-of-range index is an error code, as in every kernel), and the write is also bounded by
 //! the result's size, so no thread writes outside it.
