@@ -182,6 +182,20 @@ fn the_disk_cache_survives_concurrency_and_corruption() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Every function of `m` compiles with NVRTC (`options`) and has a ptxas report without spills.
+fn compiles_without_spills(
+    what: &str,
+    m: &guardless_codegen::cuda::CudaModule,
+    options: &[String],
+) {
+    let c = nvrtc::compile(&m.source, "kernels.cu", options)
+        .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
+    for e in &m.entries {
+        let r = c.kernels.iter().find(|k| k.name == e.name);
+        assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
+    }
+}
+
 #[test]
 fn scatter_functions_compile_for_sm90_in_every_dtype() {
     let Some(include) = toolchain() else { return };
@@ -209,12 +223,7 @@ fn scatter_functions_compile_for_sm90_in_every_dtype() {
                     && names.iter().any(|n| n.ends_with("_write")),
                 "{what}: {names:?}"
             );
-            let c = nvrtc::compile(&m.source, "kernels.cu", &options)
-                .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
-            for e in &m.entries {
-                let r = c.kernels.iter().find(|k| k.name == e.name);
-                assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
-            }
+            compiles_without_spills(&what, &m, &options);
         }
     }
 }
@@ -269,12 +278,7 @@ fn select_functions_compile_for_sm90() {
         for part in ["_count", "_scan", "_write"] {
             assert!(names.iter().any(|n| n.ends_with(part)), "{what}: {names:?}");
         }
-        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
-            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
-        for e in &m.entries {
-            let r = c.kernels.iter().find(|k| k.name == e.name);
-            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
-        }
+        compiles_without_spills(&what, &m, &options);
     }
 }
 
@@ -297,12 +301,7 @@ fn scan_and_sort_functions_compile_for_sm90() {
                 && names.iter().any(|n| n.starts_with("sort_")),
             "{dtype}: {names:?}"
         );
-        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
-            .unwrap_or_else(|e| panic!("{dtype}: {e}\n{}", m.source));
-        for e in &m.entries {
-            let r = c.kernels.iter().find(|k| k.name == e.name);
-            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{dtype}: {}", e.name);
-        }
+        compiles_without_spills(dtype, &m, &options);
     }
 }
 
@@ -329,11 +328,6 @@ fn grouped_mm_functions_compile_for_sm90() {
             .filter(|e| e.name.starts_with("grouped_mm_"))
             .count();
         assert_eq!(count, 3, "{dtype}");
-        let c = nvrtc::compile(&m.source, "kernels.cu", &options)
-            .unwrap_or_else(|e| panic!("{dtype}: {e}\n{}", m.source));
-        for e in &m.entries {
-            let r = c.kernels.iter().find(|k| k.name == e.name);
-            assert!(r.is_some_and(|r| r.spill_bytes == 0), "{dtype}: {}", e.name);
-        }
+        compiles_without_spills(dtype, &m, &options);
     }
 }
