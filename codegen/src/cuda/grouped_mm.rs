@@ -12,9 +12,9 @@ use std::fmt::Write;
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Check, ExternKernel, Program};
 use guardless_ir::sym::{CPrinter, Expr};
-use tera::{Context, Tera};
+use tera::Tera;
 
-use super::library::{c_of, decompose, locals, parameters};
+use super::library::{c_of, context, decompose, locals, parameters, per_element};
 use super::{hoist, Param, Part};
 
 /// Threads per block; a thread per output element.
@@ -200,23 +200,8 @@ pub(super) fn render(
     exprs.extend(limit);
     exprs.extend(offs.map(|b| p.buffers[b.index()].layout.sizes[0]));
     let (params_c, params, decls) = parameters(p, &h, &buffers, &[&exprs[..]], &vars, pointers);
-    let mut ctx = Context::new();
-    ctx.insert("name", &buf.name);
-    ctx.insert("nodes", &buf.origins.join(", "));
-    ctx.insert(
-        "what",
-        &format!("grouped matmul ({grouped} groups): a thread per output element"),
-    );
-    ctx.insert("entry", entry);
-    ctx.insert("threads", &THREADS);
-    ctx.insert("params", &params_c.join(", "));
-    ctx.insert("symbols", &decls);
-    ctx.insert("count", &count);
-    ctx.insert("decompose", &split);
-    ctx.insert("body", &body);
-    let text = tera
-        .render("per_element.cu", &ctx)
-        .map(|t| t + "\n")
-        .expect("element template");
+    let ctx = context(&buf, entry, THREADS, &params_c, &decls);
+    let what = format!("grouped matmul ({grouped} groups): a thread per output element");
+    let text = per_element(tera, ctx, &what, &count, &split, &body);
     Some([(Part::Write, text, params)])
 }

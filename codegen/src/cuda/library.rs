@@ -3,9 +3,10 @@
 
 use std::fmt::Write;
 
-use guardless_ir::loop_ir::{BufferId, Program};
+use guardless_ir::loop_ir::{Buffer, BufferId, Program};
 use guardless_ir::sym::{CPrinter, Expr, SymbolId};
 use rustc_hash::FxHashSet;
+use tera::{Context, Tera};
 
 use super::body::storage_type;
 use super::{hoist, Param};
@@ -105,4 +106,42 @@ pub(super) fn parameters(
     params_c.push("int* __restrict__ gl_error".into());
     params.push(Param::Error);
     (params_c, params, decls)
+}
+
+/// What every library-step template takes: the buffer's name and graph nodes (for the comment),
+/// the function's name, threads per block, its parameters and the declarations of its symbols.
+pub(super) fn context(
+    buf: &Buffer,
+    entry: &str,
+    threads: i64,
+    params_c: &[String],
+    symbols: &str,
+) -> Context {
+    let mut ctx = Context::new();
+    ctx.insert("name", &buf.name);
+    ctx.insert("nodes", &buf.origins.join(", "));
+    ctx.insert("entry", entry);
+    ctx.insert("threads", &threads);
+    ctx.insert("params", &params_c.join(", "));
+    ctx.insert("symbols", symbols);
+    ctx
+}
+
+/// A function of one thread per element (`per_element.cu`): `count` threads, `gl_lin` split
+/// by `decompose`, then `body`; `what` says what it computes.
+pub(super) fn per_element(
+    tera: &Tera,
+    mut ctx: Context,
+    what: &str,
+    count: &str,
+    decompose: &str,
+    body: &str,
+) -> String {
+    ctx.insert("what", what);
+    ctx.insert("count", count);
+    ctx.insert("decompose", decompose);
+    ctx.insert("body", body);
+    tera.render("per_element.cu", &ctx)
+        .map(|t| t + "\n")
+        .expect("the per-element template renders")
 }

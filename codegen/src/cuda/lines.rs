@@ -12,9 +12,9 @@
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
 use guardless_ir::sym::{CPrinter, Expr};
-use tera::{Context, Tera};
+use tera::Tera;
 
-use super::library::{c_of, parameters};
+use super::library::{c_of, context, parameters};
 use super::{hoist, Param, Part};
 
 /// Threads per block; a thread per line.
@@ -64,13 +64,7 @@ pub(super) fn render(
         &[],
         pointers,
     );
-    let mut ctx = Context::new();
-    ctx.insert("name", &buf.name);
-    ctx.insert("nodes", &buf.origins.join(", "));
-    ctx.insert("entry", entry);
-    ctx.insert("threads", &THREADS);
-    ctx.insert("params", &params_c.join(", "));
-    ctx.insert("symbols", &decls);
+    let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
     ctx.insert("lines", &lines_c);
     ctx.insert("inner", &inner_c);
     ctx.insert("len", &len_c);

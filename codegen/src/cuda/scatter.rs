@@ -14,10 +14,10 @@ use std::fmt::Write;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
 use guardless_ir::sym::{CPrinter, Expr};
 use rustc_hash::FxHashMap;
-use tera::{Context, Tera};
+use tera::Tera;
 
 use super::body::{self, Read, Scope};
-use super::library::{c_of, decompose, locals, parameters};
+use super::library::{c_of, context, decompose, locals, parameters, per_element};
 use super::{hoist, Param, Part};
 
 /// Threads per block; the launcher launches `ceil(count / THREADS)` blocks.
@@ -72,19 +72,16 @@ pub(super) fn render(
             &vars,
             pointers,
         );
-        function(
+        let ctx = context(&buf, entry, THREADS, &params_c, &symbols);
+        let text = per_element(
             tera,
-            entry,
-            &buf.name,
-            &nodes,
+            ctx,
             &format!("copy of {} into the result", p.buffers[base.index()].name),
-            &params_c,
-            &symbols,
             &count,
             &decompose,
             &store,
-        )
-        .map(|t| (Part::Copy, t, params))
+        );
+        (Part::Copy, text, params)
     };
 
     // write: one thread per point of the loops.
@@ -168,49 +165,16 @@ pub(super) fn render(
         let (params_c, params, symbols) =
             parameters(p, &h, &buffers, &[&exprs[..]], &all_vars, pointers);
         let mode = if *accumulate { "added" } else { "written" };
-        function(
+        let ctx = context(&buf, entry, THREADS, &params_c, &symbols);
+        let text = per_element(
             tera,
-            entry,
-            &buf.name,
-            &nodes,
+            ctx,
             &format!("values {mode} at their targets in the result"),
-            &params_c,
-            &symbols,
             &count,
             &decompose,
             &store,
-        )
-        .map(|t| (Part::Write, t, params))
+        );
+        (Part::Write, text, params)
     };
-    [
-        copy.expect("scatter template"),
-        write.expect("scatter template"),
-    ]
-}
-
-#[allow(clippy::too_many_arguments)]
-fn function(
-    tera: &Tera,
-    entry: &str,
-    name: &str,
-    nodes: &str,
-    what: &str,
-    params_c: &[String],
-    symbols: &str,
-    count: &str,
-    decompose: &str,
-    body: &str,
-) -> Result<String, tera::Error> {
-    let mut ctx = Context::new();
-    ctx.insert("name", name);
-    ctx.insert("nodes", nodes);
-    ctx.insert("what", what);
-    ctx.insert("entry", entry);
-    ctx.insert("threads", &THREADS);
-    ctx.insert("params", &params_c.join(", "));
-    ctx.insert("symbols", symbols);
-    ctx.insert("count", count);
-    ctx.insert("decompose", decompose);
-    ctx.insert("body", body);
-    tera.render("per_element.cu", &ctx).map(|t| t + "\n")
+    [copy, write]
 }

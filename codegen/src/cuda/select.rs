@@ -10,10 +10,9 @@ use std::fmt::Write;
 
 use guardless_ir::loop_ir::{BufferKind, Program};
 use guardless_ir::sym::{CPrinter, Expr};
-use tera::{Context, Tera};
+use tera::Tera;
 
-use super::body::storage_type;
-use super::library::{c_of, decompose, locals, parameters};
+use super::library::{c_of, context, decompose, locals, parameters};
 use super::{hoist, Param, Part};
 
 /// Threads per block.
@@ -35,7 +34,6 @@ pub(super) fn render(
         panic!("{} is not a select", buf.name)
     };
     let printer = CPrinter::cuda("long long", "i64");
-    let nodes = buf.origins.join(", ");
     let layout = p.buffers[input.index()].layout.clone();
     let rank = layout.sizes.len();
     let vars: Vec<Expr> = layout
@@ -99,20 +97,13 @@ pub(super) fn render(
     let (count_c, count_params) = with_work(count_c, count_params);
     let (write_c, write_params) = with_work(write_c, write_params);
     let render = |part: Part, params_c: &[String]| {
-        let mut ctx = Context::new();
-        ctx.insert("name", &buf.name);
-        ctx.insert("nodes", &nodes);
-        ctx.insert("entry", entry);
+        let mut ctx = context(&buf, entry, THREADS, params_c, &decls);
         ctx.insert("part", part.name());
-        ctx.insert("threads", &THREADS);
         ctx.insert("chunk", &CHUNK);
-        ctx.insert("params", &params_c.join(", "));
-        ctx.insert("symbols", &decls);
         ctx.insert("numel", &numel_c);
         ctx.insert("decompose", &split);
         ctx.insert("keep", &keep);
         ctx.insert("store", &store);
-        ctx.insert("out_type", storage_type(buf.dtype));
         tera.render("select.cu", &ctx)
             .map(|t| t + "\n")
             .expect("select template")
