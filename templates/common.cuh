@@ -95,3 +95,15 @@ __device__ __forceinline__ bool gl_sort_before(long long a, long long ai, long l
   if (descending) c = -c;
   return c < 0 || (c == 0 && ai < bi);
 }
+
+// The inclusive scan (Hillis–Steele) of `s[0, n)` in shared memory, one element per thread of
+// an `n`-thread block, after each thread wrote its own; every thread of the block calls it.
+__device__ __forceinline__ void gl_block_scan(long long* s, int n) {
+  __syncthreads();
+  for (int o = 1; o < n; o <<= 1) {
+    const long long t = (int)threadIdx.x >= o ? s[threadIdx.x - o] : 0;
+    __syncthreads();
+    s[threadIdx.x] += t;
+    __syncthreads();
+  }
+}

@@ -31,14 +31,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     const long long gl_i = gl_base + threadIdx.x;
     const long long gl_v = gl_i < gl_blocks ? gl_work[gl_i] : 0;
     gl_s[threadIdx.x] = gl_v;
-    __syncthreads();
-    // Inclusive scan (Hillis–Steele) of the tile.
-    for (int o = 1; o < {{ threads }}; o <<= 1) {
-      const long long gl_t = (int)threadIdx.x >= o ? gl_s[threadIdx.x - o] : 0;
-      __syncthreads();
-      gl_s[threadIdx.x] += gl_t;
-      __syncthreads();
-    }
+    gl_block_scan(gl_s, {{ threads }});
     if (gl_i < gl_blocks) gl_work[gl_i] = gl_carry + gl_s[threadIdx.x] - gl_v;
     gl_carry += gl_s[{{ threads }} - 1];
     __syncthreads();
@@ -61,13 +54,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       gl_keep = {{ keep }};
     }
     gl_s[threadIdx.x] = gl_keep ? 1 : 0;
-    __syncthreads();
-    for (int o = 1; o < {{ threads }}; o <<= 1) {
-      const long long gl_t = (int)threadIdx.x >= o ? gl_s[threadIdx.x - o] : 0;
-      __syncthreads();
-      gl_s[threadIdx.x] += gl_t;
-      __syncthreads();
-    }
+    gl_block_scan(gl_s, {{ threads }});
     if (gl_keep) {
       const long long gl_pos = gl_at + gl_s[threadIdx.x] - 1;
 {%- if store %}

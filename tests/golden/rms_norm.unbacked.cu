@@ -106,6 +106,18 @@ __device__ __forceinline__ bool gl_sort_before(long long a, long long ai, long l
   return c < 0 || (c == 0 && ai < bi);
 }
 
+// The inclusive scan (Hillis–Steele) of `s[0, n)` in shared memory, one element per thread of
+// an `n`-thread block, after each thread wrote its own; every thread of the block calls it.
+__device__ __forceinline__ void gl_block_scan(long long* s, int n) {
+  __syncthreads();
+  for (int o = 1; o < n; o <<= 1) {
+    const long long t = (int)threadIdx.x >= o ? s[threadIdx.x - o] : 0;
+    __syncthreads();
+    s[threadIdx.x] += t;
+    __syncthreads();
+  }
+}
+
 // reduction_ms_out_0: ms, out
 // persistent reduction: n rows × 4096; 128 threads, 128 per row, 1024 lanes (8 per thread), vector 8, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.

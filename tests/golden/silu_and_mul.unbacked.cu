@@ -106,6 +106,18 @@ __device__ __forceinline__ bool gl_sort_before(long long a, long long ai, long l
   return c < 0 || (c == 0 && ai < bi);
 }
 
+// The inclusive scan (Hillis–Steele) of `s[0, n)` in shared memory, one element per thread of
+// an `n`-thread block, after each thread wrote its own; every thread of the block calls it.
+__device__ __forceinline__ void gl_block_scan(long long* s, int n) {
+  __syncthreads();
+  for (int o = 1; o < n; o <<= 1) {
+    const long long t = (int)threadIdx.x >= o ? s[threadIdx.x - o] : 0;
+    __syncthreads();
+    s[threadIdx.x] += t;
+    __syncthreads();
+  }
+}
+
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
 extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
