@@ -286,6 +286,11 @@ fn fail(buf: &Buffer, message: String) -> LaunchError {
     })
 }
 
+/// Blocks of `per_block` that cover `count` items (none for a count ≤ 0).
+fn blocks(count: i64, per_block: i64) -> i64 {
+    (count.max(0) as u64).div_ceil(per_block as u64) as i64
+}
+
 fn dev<T>(r: Result<T, String>) -> Result<T, LaunchError> {
     r.map_err(LaunchError::Device)
 }
@@ -673,8 +678,9 @@ impl<'e, D: Device> Session<'e, D> {
                 use guardless_codegen::cuda::grouped_mm::THREADS;
                 self.allocate(dev_, id)?;
                 let numel: i64 = self.sizes(buf)?.iter().product();
-                let grid = (numel.max(0) as u64).div_ceil(THREADS as u64) as i64;
-                return self.launch(dev_, write, grid, THREADS, &|m| fail(buf, m));
+                return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &|m| {
+                    fail(buf, m)
+                });
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write)? =>
@@ -749,16 +755,14 @@ impl<'e, D: Device> Session<'e, D> {
                     dev(dev_.copy(out, src, numel * size))?;
                 }
             } else {
-                let grid = (numel as u64).div_ceil(threads as u64) as i64;
-                self.launch(dev_, copy, grid, threads, &bad)?;
+                self.launch(dev_, copy, blocks(numel as i64, threads), threads, &bad)?;
             }
         }
         let mut points = 1i64;
         for &r in &loops.ranges {
             points = points.saturating_mul(self.eval(buf, r)?.max(0));
         }
-        let grid = (points as u64).div_ceil(threads as u64) as i64;
-        self.launch(dev_, write, grid, threads, &bad)
+        self.launch(dev_, write, blocks(points, threads), threads, &bad)
     }
 
     /// `nonzero` / `masked_select` on the device: blocks count, one block scans the counts, the
@@ -783,7 +787,7 @@ impl<'e, D: Device> Session<'e, D> {
         };
         let bad = |message: String| fail(buf, message);
         let numel: i64 = self.sizes(&p.buffers[input.index()])?.iter().product();
-        let blocks = numel.max(0).div_euclid(CHUNK) + i64::from(numel.max(0) % CHUNK != 0);
+        let blocks = blocks(numel, CHUNK);
         self.launch(dev_, count, blocks, THREADS, &bad)?;
         self.launch(dev_, scan, 1, THREADS, &bad)?;
         // The total, after the blocks' positions in the workspace.
@@ -832,8 +836,7 @@ impl<'e, D: Device> Session<'e, D> {
         }
         self.allocate(dev_, id)?;
         let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
-        let grid = (lines.max(0) as u64).div_ceil(THREADS as u64) as i64;
-        self.launch(dev_, write, grid, THREADS, &bad)?;
+        self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?;
         Ok(true)
     }
 

@@ -18,7 +18,6 @@ use super::emu;
 pub struct Emu {
     pub lib: emu::Compiled,
     pub names: Vec<String>,
-    pub launches: usize,
     /// The functions launched, in order.
     pub launched: Vec<String>,
     /// Bytes moved by device-to-device copies.
@@ -72,7 +71,6 @@ impl Emu {
         Emu {
             lib: emu::build(name, &exe.program, &exe.module),
             names: exe.module.entries.iter().map(|e| e.name.clone()).collect(),
-            launches: 0,
             launched: Vec::new(),
             copied_bytes: 0,
             gemms: 0,
@@ -160,7 +158,6 @@ impl Emu {
         let f: libloading::Symbol<unsafe extern "C" fn(u32, u32, *mut *mut c_void)> =
             unsafe { self.lib.lib.get(name.as_bytes()) }.map_err(|e| e.to_string())?;
         unsafe { f(grid, block, pointers.as_mut_ptr()) };
-        self.launches += 1;
         self.launched.push(self.names[entry].clone());
         Ok(())
     }
