@@ -11,7 +11,7 @@ mod emulated;
 
 use differential::{assert_close, one_op, random_inputs};
 use emulated::{run, Emu};
-use guardless_ir::graph::{DType, Graph};
+use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
@@ -68,32 +68,11 @@ fn grouped_forms_match_the_reference_and_bad_offsets_are_errors() {
         );
     }
     // Groups of the inner dimension (2-D × 2-D) and of the columns (3-D × 2-D).
-    let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "gmm",
-        "symbols": [{"name": "u0", "kind": "unbacked", "max": 1000}],
-        "inputs": [{"name": "a", "dtype": "f32", "shape": [3, "u0"]}, {"name": "b", "dtype": "f32", "shape": ["u0", 4]},
-                   {"name": "a3", "dtype": "f32", "shape": [2, 3, 4]}, {"name": "b2", "dtype": "f32", "shape": [4, "u0"]},
-                   {"name": "offs", "dtype": "i32", "shape": [2]}],
-        "nodes": [{"name": "k", "op": "aten._grouped_mm.default", "args": {"self": {"tensor": "a"}, "mat2": {"tensor": "b"}, "offs": {"tensor": "offs"}}},
-                  {"name": "n", "op": "aten._grouped_mm.default", "args": {"self": {"tensor": "a3"}, "mat2": {"tensor": "b2"}, "offs": {"tensor": "offs"}}}],
-        "outputs": [{"tensor": "k"}, {"tensor": "n"}]}"#,
-    )
-    .unwrap();
+    let g = differential::test_graph("grouped_mm_forms.json");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("grouped_inner_columns", &exe);
-    for (u0, offs, ok) in [
-        (5, [2, 5], true),
-        (5, [0, 3], true),
-        (0, [0, 0], true),
-        (4, [3, 2], false),
-        (4, [1, 9], false),
-    ] {
-        let mut inputs: Vec<HostTensor> = [vec![3, u0], vec![u0, 4], vec![2, 3, 4], vec![4, u0]]
-            .iter()
-            .enumerate()
-            .map(|(k, s)| HostTensor::random(DType::F32, s, k as u64, (0, 1)))
-            .collect();
-        inputs.push(HostTensor::from_i64(DType::I32, &[2], &offs));
+    for (u0, offs, ok) in differential::GROUPED_MM_FORMS_CASES {
+        let inputs = differential::grouped_mm_forms_inputs(u0, offs);
         let what = format!("u0 = {u0}, offs = {offs:?}");
         if ok {
             assert_eq!(compare(&what, &mut dev, &exe, &g, &inputs), 0, "{what}");

@@ -255,28 +255,21 @@ fn a_call_that_scatters_on_the_device_can_be_recorded() {
     );
 }
 
-/// `cache[pos] += new`, written back into the cache; with `reread`, also `written - cache`,
-/// which reads the cache as it was after the scatter.
-fn cache_update(reread: bool) -> Graph {
-    let (extra_node, extra_output) = if reread {
-        (
-            r#", {"name": "delta", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "written"}, "other": {"tensor": "cache"}}}"#,
-            r#", {"tensor": "delta"}"#,
-        )
-    } else {
-        ("", "")
-    };
-    Graph::from_json(&format!(
-        r#"{{"format": "guardless-graph", "version": 1, "name": "cache_update",
-        "symbols": [{{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}}],
-        "inputs": [{{"name": "cache", "dtype": "f32", "shape": [16, 4]}},
-                   {{"name": "pos", "dtype": "i64", "shape": ["t"]}},
-                   {{"name": "new", "dtype": "f32", "shape": ["t", 4]}}],
-        "nodes": [{{"name": "written", "op": "aten.index_put.default",
-                   "args": {{"self": {{"tensor": "cache"}}, "indices": [{{"tensor": "pos"}}],
-                            "values": {{"tensor": "new"}}, "accumulate": true}}}}{extra_node}],
-        "outputs": [{{"tensor": "written", "mutates": "cache"}}{extra_output}]}}"#
-    ))
+/// [`differential::cache_accumulate`] that also returns `written - cache`, which reads the
+/// cache as it was after the scatter.
+fn cache_reread() -> Graph {
+    Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "cache_reread",
+        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
+        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
+                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
+                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
+        "nodes": [{"name": "written", "op": "aten.index_put.default",
+                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
+                            "values": {"tensor": "new"}, "accumulate": true}},
+                  {"name": "delta", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "written"}, "other": {"tensor": "cache"}}}],
+        "outputs": [{"tensor": "written", "mutates": "cache"}, {"tensor": "delta"}]}"#,
+    )
     .unwrap()
 }
 
@@ -284,8 +277,10 @@ fn cache_update(reread: bool) -> Graph {
 fn a_cache_write_written_back_is_done_in_place() {
     let ins = differential::cache_accumulate_inputs();
     let options = SessionOptions { poison: true };
-    for reread in [false, true] {
-        let g = cache_update(reread);
+    for (reread, g) in [
+        (false, differential::cache_accumulate()),
+        (true, cache_reread()),
+    ] {
         let exe = Executable::new(lower(&g).unwrap()).unwrap();
         let mut dev = Emu::new(&format!("cache_update_{reread}"), &exe);
         let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();

@@ -316,3 +316,24 @@ pub fn test_graph(name: &str) -> Graph {
     let path = format!("{}/../tests/graphs/{name}", env!("CARGO_MANIFEST_DIR"));
     Graph::from_json(&std::fs::read_to_string(&path).expect(&path)).expect(&path)
 }
+
+/// Sizes and offsets for `tests/graphs/grouped_mm_forms.json` (groups of the inner dimension and
+/// of the columns): `(u0, offsets, whether they are valid)`.
+pub const GROUPED_MM_FORMS_CASES: [(usize, [i64; 2], bool); 5] = [
+    (5, [2, 5], true),
+    (5, [0, 3], true),
+    (0, [0, 0], true),
+    (4, [3, 2], false),
+    (4, [1, 9], false),
+];
+
+/// Random inputs of `grouped_mm_forms.json` at `u0`, with `offs`.
+pub fn grouped_mm_forms_inputs(u0: usize, offs: [i64; 2]) -> Vec<HostTensor> {
+    let mut inputs: Vec<HostTensor> = [vec![3, u0], vec![u0, 4], vec![2, 3, 4], vec![4, u0]]
+        .iter()
+        .enumerate()
+        .map(|(k, s)| HostTensor::random(DType::F32, s, k as u64, (0, 1)))
+        .collect();
+    inputs.push(HostTensor::from_i64(DType::I32, &[2], &offs));
+    inputs
+}
