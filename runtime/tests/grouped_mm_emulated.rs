@@ -9,7 +9,7 @@ mod differential;
 mod emu;
 mod emulated;
 
-use differential::{assert_close, one_op, random_inputs};
+use differential::{one_op, random_inputs};
 use emulated::{run, Emu};
 use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
@@ -18,15 +18,10 @@ use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::launch::{Executable, Inputs};
 
+/// [`emulated::compare`] at the sizes `inputs` give; the host steps.
 fn compare(what: &str, dev: &mut Emu, exe: &Executable, g: &Graph, inputs: &[HostTensor]) -> usize {
     let b = reference::bind_inputs(g, inputs, &Bindings::new()).unwrap();
-    let want = reference::run(g, inputs, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (got, host_steps, _) =
-        run(dev, exe, Inputs::Host(inputs), &b).unwrap_or_else(|e| panic!("{what}: {e}"));
-    for (gt, w) in got.iter().zip(&want) {
-        assert_close(what, gt, w);
-    }
-    host_steps
+    emulated::compare(what, dev, exe, g, inputs, &b).1
 }
 
 #[test]

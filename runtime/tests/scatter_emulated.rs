@@ -9,7 +9,7 @@ mod emu;
 mod emulated;
 
 use differential::{assert_close, one_op, random_inputs};
-use emulated::{run, Emu};
+use emulated::{compare, run, Emu};
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -60,25 +60,6 @@ fn small_integers(tensors: &mut [HostTensor]) {
             HostTensor::from_i64(t.dtype, &shape, &v)
         };
     }
-}
-
-/// Runs `g` on the emulated device and compares with the reference; returns the outputs and the
-/// host steps.
-fn compare(
-    what: &str,
-    dev: &mut Emu,
-    exe: &Executable,
-    g: &Graph,
-    inputs: &[HostTensor],
-    b: &Bindings,
-) -> (Vec<HostTensor>, usize) {
-    let want = reference::run(g, inputs, b).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (got, host_steps, _) =
-        run(dev, exe, Inputs::Host(inputs), b).unwrap_or_else(|e| panic!("{what}: {e}"));
-    for (gt, w) in got.iter().zip(&want) {
-        assert_close(what, gt, w);
-    }
-    (got, host_steps)
 }
 
 #[test]

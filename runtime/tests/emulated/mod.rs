@@ -258,3 +258,22 @@ pub fn download(dev: &mut Emu, t: &DeviceTensor) -> HostTensor {
         data: elements::to_data(&bytes, t.dtype, n),
     }
 }
+
+/// Runs `g` on `dev` with host `inputs` and compares every output with the reference executor
+/// (`assert_close`); the outputs and the host steps.
+pub fn compare(
+    what: &str,
+    dev: &mut Emu,
+    exe: &Executable,
+    g: &Graph,
+    inputs: &[HostTensor],
+    b: &Bindings,
+) -> (Vec<HostTensor>, usize) {
+    let want = guardless_ir::reference::run(g, inputs, b).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (got, host_steps, _) =
+        run(dev, exe, Inputs::Host(inputs), b).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (gt, w) in got.iter().zip(&want) {
+        super::differential::assert_close(what, gt, w);
+    }
+    (got, host_steps)
+}
