@@ -130,13 +130,17 @@ impl Executable {
         let mut step_entries: Vec<[Option<usize>; 4]> = vec![[None; 4]; program.buffers.len()];
         let mut params = Vec::with_capacity(module.entries.len());
         for (i, e) in module.entries.iter().enumerate() {
-            let origins = match &e.of {
-                EntryOf::Kernel { kernel, .. } => schedule.kernels[*kernel].origins.clone(),
-                EntryOf::Library { buffer, .. } => program
-                    .buffers
-                    .iter()
-                    .find(|b| &b.name == buffer)
-                    .map_or_else(Vec::new, |b| b.origins.clone()),
+            // A library step's buffer, found once: it names the nodes in errors too.
+            let step = match &e.of {
+                EntryOf::Library { buffer, .. } => {
+                    Some(program.buffers.iter().position(|b| &b.name == buffer))
+                }
+                EntryOf::Kernel { .. } => None,
+            };
+            let origins = match (&e.of, step) {
+                (EntryOf::Kernel { kernel, .. }, _) => schedule.kernels[*kernel].origins.clone(),
+                (_, Some(Some(id))) => program.buffers[id].origins.clone(),
+                _ => Vec::new(),
             };
             let bad = |message: String| LaunchError::Kernel {
                 kernel: e.name.clone(),
@@ -149,10 +153,8 @@ impl Executable {
                 }
                 EntryOf::Kernel { .. } => {}
                 EntryOf::Library { buffer, part } => {
-                    let id = program
-                        .buffers
-                        .iter()
-                        .position(|b| &b.name == buffer)
+                    let id = step
+                        .flatten()
                         .ok_or_else(|| bad(format!("no buffer named {buffer}")))?;
                     step_entries[id][part.index()] = Some(i);
                 }
@@ -787,18 +789,18 @@ impl<'e, D: Device> Session<'e, D> {
         };
         let bad = |message: String| fail(buf, message);
         let numel: i64 = self.sizes(&p.buffers[input.index()])?.iter().product();
-        let blocks = blocks(numel, CHUNK);
-        self.launch(dev_, count, blocks, THREADS, &bad)?;
+        let grid = blocks(numel, CHUNK);
+        self.launch(dev_, count, grid, THREADS, &bad)?;
         self.launch(dev_, scan, 1, THREADS, &bad)?;
         // The total, after the blocks' positions in the workspace.
         let work = self.work.as_ref().map_or(0, |(m, _)| dev_.address(m));
         let mut total = [0u8; 8];
-        dev(dev_.download(work + 8 * blocks as u64, &mut total))?;
+        dev(dev_.download(work + 8 * grid as u64, &mut total))?;
         self.syncs.push(id);
         p.bind_produced(&mut self.b, symbol, i64::from_le_bytes(total))
             .map_err(bad)?;
         self.allocate(dev_, id)?;
-        self.launch(dev_, write, blocks, THREADS, &bad)
+        self.launch(dev_, write, grid, THREADS, &bad)
     }
 
     /// A scan or a sort on the device, a thread per line; `false` (nothing done) for a sort
