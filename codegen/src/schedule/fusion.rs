@@ -218,7 +218,7 @@ impl Units {
             }
             seen[u] = stamp;
             for &m in &self.members[u] {
-                for r in &deps.reads[m.index()] {
+                for r in deps.reads[m.index()].iter().chain(&deps.after[m.index()]) {
                     let v = self.unit_of[r.index()];
                     if v != u {
                         stack.push(v);
@@ -288,7 +288,7 @@ pub fn fuse(p: &mut Program, deps: &Deps) -> Vec<Group> {
             }
             // No path from the group to x through another unit (it would make a cycle).
             let gu = units.unit_of[groups[g].members[0].index()];
-            let cyclic = deps.reads[i].iter().any(|r| {
+            let cyclic = deps.reads[i].iter().chain(&deps.after[i]).any(|r| {
                 let u = units.unit_of[r.index()];
                 u != gu && {
                     stamp += 1;
@@ -320,56 +320,6 @@ fn add_score(scores: &mut Vec<(usize, i64)>, g: usize, b: i64) {
         Some((_, s)) => *s = s.saturating_add(b),
         None => scores.push((g, b)),
     }
-}
-
-/// The execution order: units in dependency order, the earliest buffer first among those ready.
-pub fn order(p: &Program, deps: &Deps, groups: &[Group]) -> Vec<Planned> {
-    let n = p.buffers.len();
-    let mut unit_of = vec![usize::MAX; n];
-    let mut unit_kind: Vec<Planned> = Vec::new();
-    let mut first: Vec<usize> = Vec::new();
-    for (g, grp) in groups.iter().enumerate() {
-        for m in &grp.members {
-            unit_of[m.index()] = unit_kind.len();
-        }
-        first.push(grp.members[0].index());
-        unit_kind.push(Planned::Group(g));
-    }
-    for (i, u) in unit_of.iter_mut().enumerate() {
-        if *u == usize::MAX {
-            *u = unit_kind.len();
-            first.push(i);
-            unit_kind.push(Planned::Buffer(BufferId(i as u32)));
-        }
-    }
-    let units = unit_kind.len();
-    let mut indegree = vec![0usize; units];
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); units];
-    for i in 0..n {
-        for r in &deps.reads[i] {
-            let (a, b) = (unit_of[r.index()], unit_of[i]);
-            if a != b && !succ[a].contains(&b) {
-                succ[a].push(b);
-                indegree[b] += 1;
-            }
-        }
-    }
-    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, usize)>> = (0..units)
-        .filter(|&u| indegree[u] == 0)
-        .map(|u| std::cmp::Reverse((first[u], u)))
-        .collect();
-    let mut out = Vec::with_capacity(units);
-    let mut kinds: Vec<Option<Planned>> = unit_kind.into_iter().map(Some).collect();
-    while let Some(std::cmp::Reverse((_, u))) = ready.pop() {
-        out.push(kinds[u].take().expect("each unit once"));
-        for &v in &succ[u] {
-            indegree[v] -= 1;
-            if indegree[v] == 0 {
-                ready.push(std::cmp::Reverse((first[v], v)));
-            }
-        }
-    }
-    out
 }
 
 /// The kernel for a group: roles, passes, which members are stored, a name from its nodes.

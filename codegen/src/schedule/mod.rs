@@ -9,6 +9,7 @@ mod deps;
 mod fusion;
 mod manifest;
 mod memory;
+mod order;
 mod print;
 
 pub use config::{member_map, IndexType, KernelConfig, Strategy, Variant};
@@ -108,7 +109,7 @@ pub struct Schedule {
 pub fn schedule(program: &mut Program) -> Schedule {
     let deps = deps::Deps::new(program);
     let groups = fusion::fuse(program, &deps);
-    let steps = fusion::order(program, &deps, &groups);
+    let steps = order::order(program, &deps, &groups);
     let mut kernels = Vec::new();
     let mut ordered_steps = Vec::new();
     for s in steps {

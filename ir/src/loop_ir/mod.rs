@@ -194,6 +194,17 @@ pub enum BufferKind {
     },
 }
 
+impl BufferKind {
+    /// The data-dependent symbol a step produces (a select's count, an `.item()`), if any.
+    pub fn produced_symbol(&self) -> Option<crate::sym::SymbolId> {
+        match self {
+            BufferKind::Select { count, .. } => Some(*count),
+            BufferKind::Item { symbol, .. } => Some(*symbol),
+            _ => None,
+        }
+    }
+}
+
 /// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is
 /// `mm` with a pointwise epilogue.)
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

@@ -12,11 +12,11 @@
 
 mod gemm;
 
-use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param, Part};
+use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
-use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, LayoutValues, Program};
+use guardless_ir::loop_ir::{Buffer, BufferId, BufferKind, LayoutValues, Program};
 use guardless_ir::sym::{Bindings, Expr, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
@@ -25,6 +25,8 @@ pub use gemm::{Gemm, Operand};
 
 mod capture;
 mod in_place;
+mod library;
+mod readback;
 mod write_back;
 
 /// What a device does for the launcher. Addresses are the device's (`u64`); every kernel
@@ -107,6 +109,11 @@ pub struct Executable {
     /// By buffer: a device scatter that writes into its base's storage (see `in_place`).
     in_place: Vec<bool>,
     params: Vec<Vec<ArgSource>>,
+    /// By schedule step: the symbols it evaluates (see `readback`).
+    needs: Vec<Vec<SymbolId>>,
+    /// By buffer: its slot in the readback array (a select or an item), and their number.
+    readback_slot: Vec<Option<usize>>,
+    readback_slots: usize,
 }
 
 impl Executable {
@@ -195,6 +202,9 @@ impl Executable {
             params.push(ps);
         }
         let in_place = in_place::in_place_scatters(&program, &schedule, &step_entries);
+        let needs =
+            readback::step_needs(&program, &schedule, &variant_entry, &step_entries, &params);
+        let (readback_slot, readback_slots) = readback::slots(&program);
         Ok(Executable {
             program,
             schedule,
@@ -203,6 +213,9 @@ impl Executable {
             step_entries,
             in_place,
             params,
+            needs,
+            readback_slot,
+            readback_slots,
         })
     }
 }
@@ -270,9 +283,14 @@ pub struct Session<'e, D: Device> {
     pub host_steps: usize,
     /// Their buffers (why a call cannot be recorded).
     host_step_buffers: Vec<BufferId>,
-    /// Steps on the device whose data-dependent size came back to the host, in the last
+    /// Steps on the device whose data-dependent value came back to the host, in the last
     /// execution (a recording could not replay that either).
     syncs: Vec<BufferId>,
+    /// Their values, 8 bytes each, and those not read back yet.
+    readback: D::Memory,
+    pending: Vec<readback::Pending>,
+    /// Downloads of data-dependent values (each waits for the device), in the last execution.
+    pub readbacks: usize,
     /// The call recorded by [`Session::capture`], for [`Session::replay`].
     recording: Option<usize>,
     /// The caller's device tensors: an output that mutates an input copied in is written back
@@ -331,6 +349,7 @@ impl<'e, D: Device> Session<'e, D> {
             }
         }
         let error = dev(dev_.alloc(4, false))?;
+        let readback = dev(dev_.alloc(8 * exe.readback_slots.max(1), false))?;
         let mut s = Session {
             exe,
             given: bindings.clone(),
@@ -344,6 +363,9 @@ impl<'e, D: Device> Session<'e, D> {
             host_steps: 0,
             host_step_buffers: Vec::new(),
             syncs: Vec::new(),
+            readback,
+            pending: Vec::new(),
+            readbacks: 0,
             recording: None,
             device_inputs: match inputs {
                 Inputs::Device(t) => t.to_vec(),
@@ -406,15 +428,41 @@ impl<'e, D: Device> Session<'e, D> {
 
     /// Storage for `id` before it is written: at least its extent (and its slot's planned size).
     fn allocate(&mut self, dev_: &mut D, id: BufferId) -> Result<u64, LaunchError> {
+        let bytes = self.bytes_at(id, &self.b)?;
+        self.allocate_bytes(dev_, id, bytes)
+    }
+
+    /// The bytes `id` needs at the values `b`: its extent, and its slot's planned size.
+    fn bytes_at(&self, id: BufferId, b: &Bindings) -> Result<usize, LaunchError> {
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
-        let mut bytes = self.extent(id)? * buf.dtype.size();
+        let extent = buf
+            .layout
+            .evaluate(&p.env, b)
+            .map_err(|x| fail(buf, x.to_string()))?
+            .extent()
+            .map_err(|m| fail(buf, m))?;
+        let mut bytes = extent * buf.dtype.size();
         let h = self.home[id.index()];
-        let slots = self.exe.schedule.memory.slots.len();
-        if h < slots {
-            let planned = self.eval(buf, self.exe.schedule.memory.slots[h])?;
+        if let Some(&slot) = self.exe.schedule.memory.slots.get(h) {
+            let planned = p
+                .env
+                .evaluate(slot, b)
+                .map_err(|x| fail(buf, x.to_string()))?;
             bytes = bytes.max(planned.max(0) as usize);
         }
+        Ok(bytes)
+    }
+
+    /// Storage of at least `bytes` for `id` (kept when what it has is enough).
+    fn allocate_bytes(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        bytes: usize,
+    ) -> Result<u64, LaunchError> {
+        let buf = &self.exe.program.buffers[id.index()];
+        let h = self.home[id.index()];
         match &self.storage[h] {
             Storage::Owned(m, have) if *have >= bytes => return Ok(dev_.address(m)),
             Storage::Borrowed(..) => {
@@ -496,15 +544,20 @@ impl<'e, D: Device> Session<'e, D> {
         self.host_steps = 0;
         self.host_step_buffers.clear();
         self.syncs.clear();
+        self.pending.clear();
+        self.readbacks = 0;
         let flag = dev_.address(&self.error);
         dev(dev_.fill(flag, 0, 4))?;
-        for step in &self.exe.schedule.steps {
+        for (i, step) in self.exe.schedule.steps.iter().enumerate() {
+            self.read_back_for(dev_, i)?;
             match step {
                 Step::Input(_) | Step::View(_) => {}
                 Step::Kernel(k) => self.kernel(dev_, *k)?,
                 Step::Library(id) => self.library(dev_, *id)?,
             }
         }
+        // The outputs' sizes, and the call's range and assert checks.
+        self.read_back(dev_)?;
         self.write_back(dev_)
     }
 
@@ -636,265 +689,6 @@ impl<'e, D: Device> Session<'e, D> {
             dev(dev_.launch(entry, grid, threads as u32, &args)).map_err(|x| bad(x.to_string()))?;
         }
         Ok(())
-    }
-
-    fn library(&mut self, dev_: &mut D, id: BufferId) -> Result<(), LaunchError> {
-        let p = &self.exe.program;
-        let buf = &p.buffers[id.index()];
-        if let BufferKind::Extern { kernel, inputs } = &buf.kind {
-            if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
-                && gemm::supported(buf.dtype)
-                && inputs
-                    .iter()
-                    .all(|i| p.buffers[i.index()].dtype == buf.dtype)
-                && self.device_matmul(dev_, id, *kernel == ExternKernel::Bmm, inputs)?
-            {
-                return Ok(());
-            }
-        }
-        let parts = &self.exe.step_entries[id.index()];
-        let part = |p: Part| parts[p.index()];
-        match (
-            &buf.kind,
-            part(Part::Copy),
-            part(Part::Count),
-            part(Part::Scan),
-            part(Part::Write),
-        ) {
-            (BufferKind::Scatter { .. }, Some(copy), _, _, Some(write)) => {
-                return self.device_scatter(dev_, id, [copy, write]);
-            }
-            (BufferKind::Select { .. }, _, Some(count), Some(scan), Some(write)) => {
-                return self.device_select(dev_, id, [count, scan, write]);
-            }
-            (
-                BufferKind::Extern {
-                    kernel: ExternKernel::GroupedMm,
-                    ..
-                },
-                _,
-                _,
-                _,
-                Some(write),
-            ) => {
-                use guardless_codegen::cuda::grouped_mm::THREADS;
-                self.allocate(dev_, id)?;
-                let numel: i64 = self.sizes(buf)?.iter().product();
-                return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &|m| {
-                    fail(buf, m)
-                });
-            }
-            (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
-                if self.device_lines(dev_, id, write)? =>
-            {
-                return Ok(());
-            }
-            _ => {}
-        }
-        // On the host: the storage it reads comes back, the result goes out.
-        self.host_steps += 1;
-        self.host_step_buffers.push(id);
-        let reads = p.library_reads(id);
-        let mut values = Vec::with_capacity(reads.len());
-        for r in reads {
-            let rb = &p.buffers[r.index()];
-            let n = self.extent(r)?;
-            let mut bytes = vec![0u8; n * rb.dtype.size()];
-            let at = self.address(r, dev_);
-            if !bytes.is_empty() {
-                dev(dev_.download(at, &mut bytes))?;
-            }
-            values.push((r, elements::to_data(&bytes, rb.dtype, n)));
-        }
-        let data = p.run_library_step(id, &values, &mut self.b)?;
-        if matches!(buf.kind, BufferKind::Item { .. }) {
-            return Ok(());
-        }
-        let at = self.allocate(dev_, id)?;
-        let n = match &data {
-            Data::Float(v) => v.len(),
-            Data::Int(v) => v.len(),
-        };
-        let mut bytes = vec![0u8; n * buf.dtype.size()];
-        elements::from_data(&mut bytes, buf.dtype, &data);
-        if !bytes.is_empty() {
-            dev(dev_.upload(at, &bytes))?;
-        }
-        Ok(())
-    }
-
-    /// `index_put` on the device: the base copied into the result (one device copy when it is
-    /// dense in row-major order; none when the result is the base's storage), then the values
-    /// written at their targets.
-    fn device_scatter(
-        &mut self,
-        dev_: &mut D,
-        id: BufferId,
-        [copy, write]: [usize; 2],
-    ) -> Result<(), LaunchError> {
-        let p = &self.exe.program;
-        let buf = &p.buffers[id.index()];
-        let BufferKind::Scatter { base, loops, .. } = &buf.kind else {
-            unreachable!("scatter entries belong to scatter buffers")
-        };
-        let bad = |message: String| fail(buf, message);
-        // In place: the base's storage is the result's; the copy below is then skipped.
-        let out = match self.exe.in_place[id.index()] {
-            true => self.address(id, dev_),
-            false => self.allocate(dev_, id)?,
-        };
-        let numel = self.extent(id)?;
-        let size = buf.dtype.size();
-        let from = self.layout(&p.buffers[base.index()])?;
-        let row_major = from.sizes.iter().enumerate().all(|(d, &n)| {
-            n <= 1 || from.strides[d] == from.sizes[d + 1..].iter().product::<i64>()
-        });
-        let threads = guardless_codegen::cuda::scatter::THREADS;
-        if numel > 0 {
-            if row_major {
-                let src = self.address(*base, dev_) + (from.offset.max(0) as usize * size) as u64;
-                if src != out {
-                    dev(dev_.copy(out, src, numel * size))?;
-                }
-            } else {
-                self.launch(dev_, copy, blocks(numel as i64, threads), threads, &bad)?;
-            }
-        }
-        let mut points = 1i64;
-        for &r in &loops.ranges {
-            points = points.saturating_mul(self.eval(buf, r)?.max(0));
-        }
-        self.launch(dev_, write, blocks(points, threads), threads, &bad)
-    }
-
-    /// `nonzero` / `masked_select` on the device: blocks count, one block scans the counts, the
-    /// total comes back (8 bytes: the count symbol, checked against its range, sizes the
-    /// output), then the blocks write the kept elements in order.
-    fn device_select(
-        &mut self,
-        dev_: &mut D,
-        id: BufferId,
-        [count, scan, write]: [usize; 3],
-    ) -> Result<(), LaunchError> {
-        use guardless_codegen::cuda::select::{CHUNK, THREADS};
-        let p = &self.exe.program;
-        let buf = &p.buffers[id.index()];
-        let BufferKind::Select {
-            input,
-            count: symbol,
-            ..
-        } = buf.kind
-        else {
-            unreachable!("select entries belong to select buffers")
-        };
-        let bad = |message: String| fail(buf, message);
-        let numel: i64 = self.sizes(&p.buffers[input.index()])?.iter().product();
-        let grid = blocks(numel, CHUNK);
-        self.launch(dev_, count, grid, THREADS, &bad)?;
-        self.launch(dev_, scan, 1, THREADS, &bad)?;
-        // The total, after the blocks' positions in the workspace.
-        let work = self.work.as_ref().map_or(0, |(m, _)| dev_.address(m));
-        let mut total = [0u8; 8];
-        dev(dev_.download(work + 8 * grid as u64, &mut total))?;
-        self.syncs.push(id);
-        p.bind_produced(&mut self.b, symbol, i64::from_le_bytes(total))
-            .map_err(bad)?;
-        self.allocate(dev_, id)?;
-        self.launch(dev_, write, grid, THREADS, &bad)
-    }
-
-    /// A scan or a sort on the device, a thread per line; `false` (nothing done) for a sort
-    /// whose lines are too long for it (more than `SORT_WORK` comparisons a line).
-    fn device_lines(
-        &mut self,
-        dev_: &mut D,
-        id: BufferId,
-        write: usize,
-    ) -> Result<bool, LaunchError> {
-        use guardless_codegen::cuda::lines::{SORT_WORK, THREADS};
-        let p = &self.exe.program;
-        let buf = &p.buffers[id.index()];
-        let bad = |message: String| fail(buf, message);
-        let (input, dim, take) = match &buf.kind {
-            BufferKind::Scan { input, dim } => (*input, *dim, None),
-            BufferKind::Sort {
-                input, dim, take, ..
-            } => (*input, *dim, Some(*take)),
-            _ => unreachable!("a scan or a sort"),
-        };
-        let sizes = self.sizes(&p.buffers[input.index()])?;
-        let len = sizes[dim];
-        if let Some(take) = take {
-            let keep = match take {
-                Some(k) => self.eval(buf, k)?,
-                None => len,
-            };
-            if keep < 0 || keep > len {
-                return Err(bad(format!("selected {keep} of {len} elements")));
-            }
-            if keep.saturating_mul(len) > SORT_WORK {
-                return Ok(false);
-            }
-        }
-        self.allocate(dev_, id)?;
-        let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
-        self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?;
-        Ok(true)
-    }
-
-    /// `mm`/`bmm` on the device; `false` when the layouts need the host.
-    fn device_matmul(
-        &mut self,
-        dev_: &mut D,
-        id: BufferId,
-        batched: bool,
-        inputs: &[BufferId],
-    ) -> Result<bool, LaunchError> {
-        let p = &self.exe.program;
-        let buf = &p.buffers[id.index()];
-        let out = self.allocate(dev_, id)?;
-        let view = |s: &Self, b: BufferId| -> Result<(Vec<i64>, i64, Vec<i64>), LaunchError> {
-            let x = &p.buffers[b.index()];
-            let (off, st) = s.offset_strides(x)?;
-            Ok((s.sizes(x)?, off, st))
-        };
-        let (sa, oa, ta) = view(self, inputs[0])?;
-        let (sb, ob, tb) = view(self, inputs[1])?;
-        let (so, oo, to) = view(self, id)?;
-        let r = usize::from(batched);
-        if sa.len() != 2 + r || sb.len() != 2 + r || so.len() != 2 + r || sa[1 + r] != sb[r] {
-            return Err(fail(buf, format!("matmul of {sa:?} by {sb:?} into {so:?}")));
-        }
-        let size = buf.dtype.size() as u64;
-        let operand = |addr: u64, off: i64, sizes: &[i64], st: &[i64]| Operand {
-            address: addr + off as u64 * size,
-            rows: sizes[r],
-            cols: sizes[r + 1],
-            row_stride: st[r],
-            col_stride: st[r + 1],
-            batch_stride: if batched { st[0] } else { 0 },
-        };
-        let g = Gemm {
-            dtype: buf.dtype,
-            batch: if batched { so[0] } else { 1 },
-            a: operand(self.address(inputs[0], dev_), oa, &sa, &ta),
-            b: operand(self.address(inputs[1], dev_), ob, &sb, &tb),
-            c: operand(out, oo, &so, &to),
-        };
-        if g.batch <= 0 || g.c.rows <= 0 || g.c.cols <= 0 {
-            return Ok(true);
-        }
-        if g.a.cols == 0 {
-            // An empty inner dimension: the product is zeros (the output is contiguous).
-            let bytes = self.extent(id)? * buf.dtype.size();
-            dev(dev_.fill(out, 0, bytes))?;
-            return Ok(true);
-        }
-        if g.plan().is_none() {
-            return Ok(false);
-        }
-        dev(dev_.gemm(&g))?;
-        Ok(true)
     }
 
     /// Waits for the device and reports the first data-dependent error a kernel raised.

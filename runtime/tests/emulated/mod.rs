@@ -22,6 +22,8 @@ pub struct Emu {
     pub launched: Vec<String>,
     /// Bytes moved by device-to-device copies.
     pub copied_bytes: usize,
+    /// For each download (a wait for the device), how many functions had been launched.
+    pub downloads: Vec<usize>,
     pub gemms: usize,
     /// While recording (as a CUDA graph capture does), queued work is kept, not run.
     pub recording: Option<Vec<Work>>,
@@ -73,6 +75,7 @@ impl Emu {
             names: exe.module.entries.iter().map(|e| e.name.clone()).collect(),
             launched: Vec::new(),
             copied_bytes: 0,
+            downloads: Vec::new(),
             gemms: 0,
             recording: None,
             recordings: Vec::new(),
@@ -109,6 +112,7 @@ impl Device for Emu {
     }
     fn download(&mut self, src: u64, out: &mut [u8]) -> Result<(), String> {
         self.no_host_copies_while_recording()?;
+        self.downloads.push(self.launched.len());
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
         Ok(())
     }

@@ -360,6 +360,17 @@ impl Program {
     /// The buffers a library step (anything but a computed buffer) reads, views resolved to the
     /// buffers that hold their storage.
     pub fn library_reads(&self, id: BufferId) -> Vec<BufferId> {
+        let mut out = self.library_inputs(id);
+        for b in &mut out {
+            *b = self.storage_root(*b);
+        }
+        out.sort_by_key(|b| b.0);
+        out.dedup();
+        out
+    }
+
+    /// The buffers a library step names as its operands (views as themselves), in its order.
+    pub fn library_inputs(&self, id: BufferId) -> Vec<BufferId> {
         let mut out = Vec::new();
         match &self.buffers[id.index()].kind {
             BufferKind::Input(_) | BufferKind::Computed { .. } => {}
@@ -378,15 +389,9 @@ impl Program {
                 }
             }
         }
-        for b in &mut out {
-            *b = self.storage_root(*b);
-        }
-        out.sort_by_key(|b| b.0);
-        out.dedup();
         out
     }
 
-    /// The buffer whose storage `id` uses (itself unless it is a view).
     /// The buffer of graph input `k` (none when the lowering dropped it).
     pub fn input_buffer(&self, k: usize) -> Option<BufferId> {
         self.buffers
@@ -395,6 +400,7 @@ impl Program {
             .map(|i| BufferId(i as u32))
     }
 
+    /// The buffer whose storage `id` uses (itself unless it is a view).
     pub fn storage_root(&self, mut id: BufferId) -> BufferId {
         while let BufferKind::View { base } = self.buffers[id.index()].kind {
             id = base;

@@ -1,0 +1,276 @@
+//! Library steps: matmuls through the device's gemm, scatters, selects, scans, sorts and grouped
+//! matmuls as generated functions; what the device cannot run goes through the host.
+
+use guardless_codegen::cuda::Part;
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel};
+use guardless_ir::tensor::Data;
+
+use super::{blocks, dev, fail, gemm, Device, Gemm, LaunchError, Operand, Session};
+use crate::elements;
+
+impl<D: Device> Session<'_, D> {
+    pub(super) fn library(&mut self, dev_: &mut D, id: BufferId) -> Result<(), LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        if let BufferKind::Extern { kernel, inputs } = &buf.kind {
+            if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
+                && gemm::supported(buf.dtype)
+                && inputs
+                    .iter()
+                    .all(|i| p.buffers[i.index()].dtype == buf.dtype)
+                && self.device_matmul(dev_, id, *kernel == ExternKernel::Bmm, inputs)?
+            {
+                return Ok(());
+            }
+        }
+        let parts = &self.exe.step_entries[id.index()];
+        let part = |p: Part| parts[p.index()];
+        match (
+            &buf.kind,
+            part(Part::Copy),
+            part(Part::Count),
+            part(Part::Scan),
+            part(Part::Write),
+        ) {
+            (BufferKind::Scatter { .. }, Some(copy), _, _, Some(write)) => {
+                return self.device_scatter(dev_, id, [copy, write]);
+            }
+            (BufferKind::Select { .. }, _, Some(count), Some(scan), Some(write)) => {
+                return self.device_select(dev_, id, [count, scan, write]);
+            }
+            (
+                BufferKind::Extern {
+                    kernel: ExternKernel::GroupedMm,
+                    ..
+                },
+                _,
+                _,
+                _,
+                Some(write),
+            ) => {
+                use guardless_codegen::cuda::grouped_mm::THREADS;
+                self.allocate(dev_, id)?;
+                let numel: i64 = self.sizes(buf)?.iter().product();
+                return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &|m| {
+                    fail(buf, m)
+                });
+            }
+            (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
+                if self.device_lines(dev_, id, write)? =>
+            {
+                return Ok(());
+            }
+            (BufferKind::Item { .. }, ..) => return self.device_item(dev_, id),
+            _ => {}
+        }
+        // On the host: the storage it reads comes back (the device waited for: pending values
+        // come back with it), the result goes out.
+        self.read_back(dev_)?;
+        self.host_steps += 1;
+        self.host_step_buffers.push(id);
+        let reads = p.library_reads(id);
+        let mut values = Vec::with_capacity(reads.len());
+        for r in reads {
+            let rb = &p.buffers[r.index()];
+            let n = self.extent(r)?;
+            let mut bytes = vec![0u8; n * rb.dtype.size()];
+            let at = self.address(r, dev_);
+            if !bytes.is_empty() {
+                dev(dev_.download(at, &mut bytes))?;
+            }
+            values.push((r, elements::to_data(&bytes, rb.dtype, n)));
+        }
+        let data = p.run_library_step(id, &values, &mut self.b)?;
+        if matches!(buf.kind, BufferKind::Item { .. }) {
+            return Ok(());
+        }
+        let at = self.allocate(dev_, id)?;
+        let n = match &data {
+            Data::Float(v) => v.len(),
+            Data::Int(v) => v.len(),
+        };
+        let mut bytes = vec![0u8; n * buf.dtype.size()];
+        elements::from_data(&mut bytes, buf.dtype, &data);
+        if !bytes.is_empty() {
+            dev(dev_.upload(at, &bytes))?;
+        }
+        Ok(())
+    }
+
+    /// `index_put` on the device: the base copied into the result (one device copy when it is
+    /// dense in row-major order; none when the result is the base's storage), then the values
+    /// written at their targets.
+    fn device_scatter(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        [copy, write]: [usize; 2],
+    ) -> Result<(), LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let BufferKind::Scatter { base, loops, .. } = &buf.kind else {
+            unreachable!("scatter entries belong to scatter buffers")
+        };
+        let bad = |message: String| fail(buf, message);
+        // In place: the base's storage is the result's; the copy below is then skipped.
+        let out = match self.exe.in_place[id.index()] {
+            true => self.address(id, dev_),
+            false => self.allocate(dev_, id)?,
+        };
+        let numel = self.extent(id)?;
+        let size = buf.dtype.size();
+        let from = self.layout(&p.buffers[base.index()])?;
+        let row_major = from.sizes.iter().enumerate().all(|(d, &n)| {
+            n <= 1 || from.strides[d] == from.sizes[d + 1..].iter().product::<i64>()
+        });
+        let threads = guardless_codegen::cuda::scatter::THREADS;
+        if numel > 0 {
+            if row_major {
+                let src = self.address(*base, dev_) + (from.offset.max(0) as usize * size) as u64;
+                if src != out {
+                    dev(dev_.copy(out, src, numel * size))?;
+                }
+            } else {
+                self.launch(dev_, copy, blocks(numel as i64, threads), threads, &bad)?;
+            }
+        }
+        let mut points = 1i64;
+        for &r in &loops.ranges {
+            points = points.saturating_mul(self.eval(buf, r)?.max(0));
+        }
+        self.launch(dev_, write, blocks(points, threads), threads, &bad)
+    }
+
+    /// `nonzero` / `masked_select` on the device: blocks count, one block scans the counts, the
+    /// total goes to the readback array (the count symbol, bound when a later step needs it),
+    /// the output is allocated for every element kept (the count's bound), and the blocks write
+    /// the kept elements in order.
+    fn device_select(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        [count, scan, write]: [usize; 3],
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::select::{CHUNK, THREADS};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let BufferKind::Select {
+            input,
+            count: symbol,
+            ..
+        } = buf.kind
+        else {
+            unreachable!("select entries belong to select buffers")
+        };
+        let bad = |message: String| fail(buf, message);
+        let numel: i64 = self.sizes(&p.buffers[input.index()])?.iter().product();
+        let grid = blocks(numel, CHUNK);
+        self.launch(dev_, count, grid, THREADS, &bad)?;
+        self.launch(dev_, scan, 1, THREADS, &bad)?;
+        // The total, after the blocks' positions in the workspace.
+        let work = self.work.as_ref().map_or(0, |(m, _)| dev_.address(m));
+        self.defer(dev_, id, work + 8 * grid as u64, DType::I64)?;
+        // Room for the most the count can be, so the write needs no wait.
+        let most = p.env.symbol_range(symbol).hi_i64().unwrap_or(i64::MAX);
+        let mut at_most = self.b.clone();
+        at_most.set(symbol, most.min(numel).max(0));
+        let bytes = self.bytes_at(id, &at_most)?;
+        self.allocate_bytes(dev_, id, bytes)?;
+        self.launch(dev_, write, grid, THREADS, &bad)
+    }
+
+    /// A scan or a sort on the device, a thread per line; `false` (nothing done) for a sort
+    /// whose lines are too long for it (more than `SORT_WORK` comparisons a line).
+    fn device_lines(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        write: usize,
+    ) -> Result<bool, LaunchError> {
+        use guardless_codegen::cuda::lines::{SORT_WORK, THREADS};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let bad = |message: String| fail(buf, message);
+        let (input, dim, take) = match &buf.kind {
+            BufferKind::Scan { input, dim } => (*input, *dim, None),
+            BufferKind::Sort {
+                input, dim, take, ..
+            } => (*input, *dim, Some(*take)),
+            _ => unreachable!("a scan or a sort"),
+        };
+        let sizes = self.sizes(&p.buffers[input.index()])?;
+        let len = sizes[dim];
+        if let Some(take) = take {
+            let keep = match take {
+                Some(k) => self.eval(buf, k)?,
+                None => len,
+            };
+            if keep < 0 || keep > len {
+                return Err(bad(format!("selected {keep} of {len} elements")));
+            }
+            if keep.saturating_mul(len) > SORT_WORK {
+                return Ok(false);
+            }
+        }
+        self.allocate(dev_, id)?;
+        let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
+        self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?;
+        Ok(true)
+    }
+
+    /// `mm`/`bmm` on the device; `false` when the layouts need the host.
+    fn device_matmul(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        batched: bool,
+        inputs: &[BufferId],
+    ) -> Result<bool, LaunchError> {
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let out = self.allocate(dev_, id)?;
+        let view = |s: &Self, b: BufferId| -> Result<(Vec<i64>, i64, Vec<i64>), LaunchError> {
+            let x = &p.buffers[b.index()];
+            let (off, st) = s.offset_strides(x)?;
+            Ok((s.sizes(x)?, off, st))
+        };
+        let (sa, oa, ta) = view(self, inputs[0])?;
+        let (sb, ob, tb) = view(self, inputs[1])?;
+        let (so, oo, to) = view(self, id)?;
+        let r = usize::from(batched);
+        if sa.len() != 2 + r || sb.len() != 2 + r || so.len() != 2 + r || sa[1 + r] != sb[r] {
+            return Err(fail(buf, format!("matmul of {sa:?} by {sb:?} into {so:?}")));
+        }
+        let size = buf.dtype.size() as u64;
+        let operand = |addr: u64, off: i64, sizes: &[i64], st: &[i64]| Operand {
+            address: addr + off as u64 * size,
+            rows: sizes[r],
+            cols: sizes[r + 1],
+            row_stride: st[r],
+            col_stride: st[r + 1],
+            batch_stride: if batched { st[0] } else { 0 },
+        };
+        let g = Gemm {
+            dtype: buf.dtype,
+            batch: if batched { so[0] } else { 1 },
+            a: operand(self.address(inputs[0], dev_), oa, &sa, &ta),
+            b: operand(self.address(inputs[1], dev_), ob, &sb, &tb),
+            c: operand(out, oo, &so, &to),
+        };
+        if g.batch <= 0 || g.c.rows <= 0 || g.c.cols <= 0 {
+            return Ok(true);
+        }
+        if g.a.cols == 0 {
+            // An empty inner dimension: the product is zeros (the output is contiguous).
+            let bytes = self.extent(id)? * buf.dtype.size();
+            dev(dev_.fill(out, 0, bytes))?;
+            return Ok(true);
+        }
+        if g.plan().is_none() {
+            return Ok(false);
+        }
+        dev(dev_.gemm(&g))?;
+        Ok(true)
+    }
+}
