@@ -278,3 +278,62 @@ fn library_steps_run_on_the_gpu() {
         }
     }
 }
+
+#[test]
+fn addmm_adds_its_bias_in_the_cublaslt_epilogue() {
+    if !gpu("addmm_adds_its_bias_in_the_cublaslt_epilogue") {
+        return;
+    }
+    // A linear layer (weight transposed as nn.Linear keeps it): the bias by cuBLASLt, no
+    // kernel, no fallback; k = 0 leaves the bias in every row.
+    for dtype in ["f32", "bf16", "f16"] {
+        let g = differential::linear(dtype, "[16]", "");
+        let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+        for (n, k) in [(0, 8), (1, 8), (17, 40), (4097, 64), (5, 0)] {
+            let what = format!("linear {dtype} n = {n} k = {k}");
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("n").unwrap(), n);
+            b.set(g.env.symbol_id("k").unwrap(), k);
+            let inputs = random_inputs(&g, &b, n as u64, (0, 4));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let (exe, dev) = gpu.parts();
+            let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+            s.execute(dev).unwrap();
+            assert_eq!(s.host_steps, 0, "{what}");
+            assert_close(&what, &s.outputs(dev).unwrap()[0], &want[0]);
+            assert_eq!(
+                dev.epilogue_fallbacks, 0,
+                "{what}: cuBLASLt refused the bias epilogue: {:?}",
+                dev.epilogue_error
+            );
+        }
+    }
+}
+
+#[test]
+fn data_dependent_values_come_back_in_one_download_on_the_gpu() {
+    if !gpu("data_dependent_values_come_back_in_one_download_on_the_gpu") {
+        return;
+    }
+    let g = differential::two_selects_and_an_item("i64");
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    for n in [0usize, 1, 4097, 100000] {
+        let x: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i % 3 == 0))).collect();
+        let y: Vec<i64> = (0..n).map(|i| i64::from(i % 5 == 1)).collect();
+        let inputs = [
+            HostTensor::from_f64(DType::F32, &[n], &x),
+            HostTensor::from_i64(DType::I32, &[n], &y),
+            HostTensor::from_i64(DType::I64, &[4], &[9, 8, 37, 6]),
+        ];
+        let b = reference::bind_inputs(&g, &inputs, &Bindings::new()).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let (exe, dev) = gpu.parts();
+        let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+        s.execute(dev).unwrap();
+        assert_eq!((s.host_steps, s.readbacks), (0, 1), "n = {n}");
+        for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
+            assert_close(&format!("n = {n}"), got, w);
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod differential;
 mod emu;
 mod emulated;
 
+use differential::two_selects_and_an_item;
 use emulated::Emu;
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
@@ -19,30 +20,8 @@ use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::launch::{Executable, Inputs, Session, SessionOptions};
 
-/// Two `nonzero`s and an `.item()` of `k[2]` (`k` of `dtype`), each used only after all three:
-/// `a + 1`, `b * 2`, and `u` ones.
-fn two_selects_and_an_item(dtype: &str) -> Graph {
-    Graph::from_json(&format!(
-        r#"{{"format": "guardless-graph", "version": 1, "name": "readback_{dtype}",
-        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}},
-                    {{"name": "c1", "kind": "unbacked", "max": 100000}},
-                    {{"name": "c2", "kind": "unbacked", "max": 100000}},
-                    {{"name": "u", "kind": "unbacked", "min": 0, "max": 1000}}],
-        "inputs": [{{"name": "x", "dtype": "f32", "shape": ["n"]}},
-                   {{"name": "y", "dtype": "i32", "shape": ["n"]}},
-                   {{"name": "k", "dtype": "{dtype}", "shape": [4]}}],
-        "nodes": [{{"name": "a", "op": "aten.nonzero.default", "args": {{"self": {{"tensor": "x"}}}}, "shape": ["c1", 1]}},
-                  {{"name": "b", "op": "aten.nonzero.default", "args": {{"self": {{"tensor": "y"}}}}, "shape": ["c2", 1]}},
-                  {{"name": "k2", "op": "aten.select.int", "args": {{"self": {{"tensor": "k"}}, "dim": 0, "index": 2}}}},
-                  {{"name": "v", "op": "aten._local_scalar_dense.default", "symbol": "u", "args": {{"self": {{"tensor": "k2"}}}}}},
-                  {{"name": "a1", "op": "aten.add.Tensor", "args": {{"self": {{"tensor": "a"}}, "other": 1}}}},
-                  {{"name": "b2", "op": "aten.mul.Tensor", "args": {{"self": {{"tensor": "b"}}, "other": 2}}}},
-                  {{"name": "f", "op": "aten.full.default", "args": {{"size": ["u"], "fill_value": 1.0}}}}],
-        "outputs": [{{"tensor": "a1"}}, {{"tensor": "b2"}}, {{"tensor": "f"}}]}}"#
-    ))
-    .unwrap()
-}
-
+/// Inputs of [`two_selects_and_an_item`]: `x` kept every third element, `y` every fifth,
+/// `k[2] = item`.
 fn inputs(n: usize, dtype: DType, item: f64) -> Vec<HostTensor> {
     let x: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i % 3 == 0))).collect();
     let y: Vec<i64> = (0..n).map(|i| i64::from(i % 5 == 1) * 7).collect();

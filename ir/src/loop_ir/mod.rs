@@ -205,12 +205,16 @@ impl BufferKind {
     }
 }
 
-/// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm` is
-/// `mm` with a pointwise epilogue.)
+/// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm`
+/// with a bias row and unit scales is [`ExternKernel::AddMm`]; any other is `mm` with a
+/// pointwise epilogue.)
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum ExternKernel {
     /// `[m, k] @ [k, n]`.
     Mm,
+    /// `[m, k] @ [k, n] + bias`, the bias a row (`[n]` or `[1, n]`) added to every row of the
+    /// product before its one rounding (cuBLASLt's bias epilogue). Inputs: `a`, `b`, `bias`.
+    AddMm,
     /// `[b, m, k] @ [b, k, n]`.
     Bmm,
     /// `_grouped_mm(a, b, offs)`: by the operands' ranks, `[m, k] @ [g, k, n]` with row groups
@@ -224,6 +228,7 @@ impl ExternKernel {
     pub fn name(self) -> &'static str {
         match self {
             ExternKernel::Mm => "mm",
+            ExternKernel::AddMm => "addmm",
             ExternKernel::Bmm => "bmm",
             ExternKernel::GroupedMm => "grouped_mm",
         }

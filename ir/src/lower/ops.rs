@@ -341,13 +341,17 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "mm" | "bmm" => {
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "mat2")?);
-            one(matmul(l, n, a, b, name == "bmm")?)
+            one(matmul(l, n, a, b, name == "bmm", None)?)
         }
         "addmm" => {
             let bias = tensor(l, n, "self")?;
             let (a, b) = (tensor(l, n, "mat1")?, tensor(l, n, "mat2")?);
             let (beta, alpha) = (scalar_arg(n, "beta")?, scalar_arg(n, "alpha")?);
-            let prod = matmul(l, n, a, b, false)?;
+            if is_one(l, beta) && is_one(l, alpha) && bias_is_a_row(l, &bias, &a, &b) {
+                // The library adds it before its one rounding (cuBLASLt's bias epilogue).
+                return one(matmul(l, n, a, b, false, Some(bias))?);
+            }
+            let prod = matmul(l, n, a, b, false, None)?;
             let t = result_type(&[&bias, &prod])?;
             let cd = compute_dtype(t);
             // The bias as an epilogue: beta·bias + alpha·(mat1 @ mat2); beta = 0 ignores the bias.
@@ -1009,9 +1013,45 @@ fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {
     Ok(LTensor::lazy(dtype, vec![len], loader))
 }
 
-/// `mm`/`bmm` as an extern kernel over buffers; the inner sizes must agree (a runtime assert when
-/// they are symbolic).
-fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool) -> R<LTensor> {
+/// Whether `s` is the constant 1.
+fn is_one(l: &Lowerer, s: Scalar) -> bool {
+    match s {
+        Scalar::Int(e) => l.env.pool().as_const(e) == Some(1),
+        Scalar::Float(f) => f == 1.0,
+        Scalar::Bool(_) => false,
+    }
+}
+
+/// Whether `bias` is one row (`[n]` or `[1, n]`) of `a @ b`'s floating dtype, provably.
+fn bias_is_a_row(l: &mut Lowerer, bias: &LTensor, a: &LTensor, b: &LTensor) -> bool {
+    let (Some(&cols), true) = (b.sizes.last(), a.dtype.is_float()) else {
+        return false;
+    };
+    if bias.dtype != a.dtype || b.dtype != a.dtype || a.sizes.len() != 2 || b.sizes.len() != 2 {
+        return false;
+    }
+    let one = l.env.pool_mut().one();
+    let mut proved = |x: Expr, y: Expr| {
+        let c = l.env.pool_mut().eq(x, y);
+        l.env.statically_known_true(c)
+    };
+    match bias.sizes[..] {
+        [n] => proved(n, cols),
+        [rows, n] => proved(rows, one) && proved(n, cols),
+        _ => false,
+    }
+}
+
+/// `mm`/`bmm` as an extern kernel over buffers (`addmm` with a `bias` row); the inner sizes must
+/// agree (a runtime assert when they are symbolic).
+fn matmul(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    a: LTensor,
+    b: LTensor,
+    batched: bool,
+    bias: Option<LTensor>,
+) -> R<LTensor> {
     let rank = if batched { 3 } else { 2 };
     if a.sizes.len() != rank || b.sizes.len() != rank {
         return msg(format!(
@@ -1048,12 +1088,15 @@ fn matmul(l: &mut Lowerer, n: &GraphNode, a: LTensor, b: LTensor, batched: bool)
     }
     sizes.push(b.sizes[k]);
     let (dtype, a, b) = (a.dtype, l.as_buffer(a, &n.name), l.as_buffer(b, &n.name));
-    let kernel = if batched {
-        crate::loop_ir::ExternKernel::Bmm
-    } else {
-        crate::loop_ir::ExternKernel::Mm
+    let mut inputs = vec![a, b];
+    let kernel = match (batched, bias) {
+        (true, _) => crate::loop_ir::ExternKernel::Bmm,
+        (false, None) => crate::loop_ir::ExternKernel::Mm,
+        (false, Some(bias)) => {
+            inputs.push(l.as_buffer(bias, &n.name));
+            crate::loop_ir::ExternKernel::AddMm
+        }
     };
-    let inputs = vec![a, b];
     Ok(l.add_buffer(
         BufferKind::Extern { kernel, inputs },
         dtype,
@@ -1261,7 +1304,7 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let kt = super::views::permute(k, &[0, 1, 3, 2])?;
     let q3 = super::views::view(l, q.clone(), &[bh, lq, e])?;
     let kt3 = super::views::view(l, kt, &[bh, e, s])?;
-    let scores = matmul(l, n, q3, kt3, true)?;
+    let scores = matmul(l, n, q3, kt3, true, None)?;
     let scores = super::views::view(l, scores, &[b, hq, lq, s])?;
     let cd = compute_dtype(q.dtype);
     let causal = matches!(n.arg("is_causal"), Some(Arg::Bool(true)));
@@ -1308,6 +1351,6 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let probs = map(l, &[probs], cd, q.dtype, |_, v| v[0])?;
     let p3 = super::views::view(l, probs, &[bh, lq, s])?;
     let v3 = super::views::view(l, v, &[bh, s, ev])?;
-    let out = matmul(l, n, p3, v3, true)?;
+    let out = matmul(l, n, p3, v3, true, None)?;
     super::views::view(l, out, &[b, hq, lq, ev])
 }

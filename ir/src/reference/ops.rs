@@ -1277,18 +1277,19 @@ pub(super) fn run_node(
                 }
             }
             let shape = if batched { vec![bs, r, c] } else { vec![r, c] };
-            let prod = build(a.dtype, shape, vals);
             if name != "addmm" {
-                return out(prod);
+                return out(build(a.dtype, shape, vals));
             }
+            // addmm rounds once, after the bias (cuBLASLt's epilogue, ATen's CPU kernel): the
+            // product stays exact until then.
             let bias = n.operand("self")?;
             let (beta, alpha) = (n.number(n.scalar("beta")?)?, n.number(n.scalar("alpha")?)?);
             let (Operand::Number(beta, _), Operand::Number(alpha, _)) = (beta, alpha) else {
                 unreachable!()
             };
-            let p = Operand::Tensor(prod);
-            let d = result_type(&[&bias, &p])?;
-            out(elementwise(&[&bias, &p], d, d, |v| {
+            let d = result_type(&[&bias, &Operand::Tensor(a.clone())])?;
+            let p = Operand::Tensor(build(DType::F64, shape, vals));
+            out(elementwise(&[&bias, &p], DType::F64, d, |v| {
                 Ok(if beta.f() == 0.0 {
                     E::F(alpha.f() * v[1].f())
                 } else {

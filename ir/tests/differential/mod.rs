@@ -311,6 +311,47 @@ pub fn cache_after(calls: usize) -> HostTensor {
     ins.swap_remove(0)
 }
 
+/// Two `nonzero`s and an `.item()` of `k[2]` (`k` of `dtype`), each used only after all three:
+/// `a + 1`, `b * 2`, and `u` ones.
+pub fn two_selects_and_an_item(dtype: &str) -> Graph {
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "readback_{dtype}",
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}},
+                    {{"name": "c1", "kind": "unbacked", "max": 100000}},
+                    {{"name": "c2", "kind": "unbacked", "max": 100000}},
+                    {{"name": "u", "kind": "unbacked", "min": 0, "max": 1000}}],
+        "inputs": [{{"name": "x", "dtype": "f32", "shape": ["n"]}},
+                   {{"name": "y", "dtype": "i32", "shape": ["n"]}},
+                   {{"name": "k", "dtype": "{dtype}", "shape": [4]}}],
+        "nodes": [{{"name": "a", "op": "aten.nonzero.default", "args": {{"self": {{"tensor": "x"}}}}, "shape": ["c1", 1]}},
+                  {{"name": "b", "op": "aten.nonzero.default", "args": {{"self": {{"tensor": "y"}}}}, "shape": ["c2", 1]}},
+                  {{"name": "k2", "op": "aten.select.int", "args": {{"self": {{"tensor": "k"}}, "dim": 0, "index": 2}}}},
+                  {{"name": "v", "op": "aten._local_scalar_dense.default", "symbol": "u", "args": {{"self": {{"tensor": "k2"}}}}}},
+                  {{"name": "a1", "op": "aten.add.Tensor", "args": {{"self": {{"tensor": "a"}}, "other": 1}}}},
+                  {{"name": "b2", "op": "aten.mul.Tensor", "args": {{"self": {{"tensor": "b"}}, "other": 2}}}},
+                  {{"name": "f", "op": "aten.full.default", "args": {{"size": ["u"], "fill_value": 1.0}}}}],
+        "outputs": [{{"tensor": "a1"}}, {{"tensor": "b2"}}, {{"tensor": "f"}}]}}"#
+    ))
+    .unwrap()
+}
+
+/// `addmm(bias, x, t(w))`: `x [n, k]`, `w [16, k]`, the bias of `bias_shape`; `extra` adds
+/// arguments (scales).
+pub fn linear(dtype: &str, bias_shape: &str, extra: &str) -> Graph {
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "linear_{dtype}",
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}},
+                    {{"name": "k", "kind": "unbacked", "min": 0, "max": 64}}],
+        "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", "k"]}},
+                   {{"name": "w", "dtype": "{dtype}", "shape": [16, "k"]}},
+                   {{"name": "bias", "dtype": "{dtype}", "shape": {bias_shape}}}],
+        "nodes": [{{"name": "wt", "op": "aten.t.default", "args": {{"self": {{"tensor": "w"}}}}}},
+                  {{"name": "y", "op": "aten.addmm.default", "args": {{"self": {{"tensor": "bias"}}, "mat1": {{"tensor": "x"}}, "mat2": {{"tensor": "wt"}}{extra}}}}}],
+        "outputs": [{{"tensor": "y"}}]}}"#
+    ))
+    .unwrap()
+}
+
 /// A graph of `tests/graphs/` (small graphs the tests of several crates share).
 pub fn test_graph(name: &str) -> Graph {
     let path = format!("{}/../tests/graphs/{name}", env!("CARGO_MANIFEST_DIR"));

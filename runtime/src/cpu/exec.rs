@@ -524,8 +524,10 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     if let BufferKind::Extern { kernel, inputs } = &buf.kind {
-        if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
-            && buf.dtype.is_float()
+        if matches!(
+            kernel,
+            ExternKernel::Mm | ExternKernel::AddMm | ExternKernel::Bmm
+        ) && buf.dtype.is_float()
             && inputs
                 .iter()
                 .all(|i| p.buffers[i.index()].dtype == buf.dtype)
@@ -594,6 +596,21 @@ fn matmul(
     let pb = st.blocks[st.home[inputs[1].index()]].ptr() as *const u8;
     let po = st.blocks[st.home[id.index()]].ptr();
     let dtype: DType = buf.dtype;
+    // addmm's bias row: element j at offset + j * stride.
+    let bias = match kernel {
+        ExternKernel::AddMm => {
+            let (_, off, strides) = view(st, inputs[2])?;
+            let row = super::matmul::Row {
+                offset: off as isize,
+                stride: strides.last().copied().unwrap_or(0) as isize,
+            };
+            Some((
+                st.blocks[st.home[inputs[2].index()]].ptr() as *const u8,
+                row,
+            ))
+        }
+        _ => None,
+    };
     for g in 0..batches.max(0) {
         let (ga, gb, go) = if batched {
             (oa + g * ta[0], ob + g * tb[0], oo + g * to[0])
@@ -604,19 +621,32 @@ fn matmul(
         let b = mat(sb[r], sb[r + 1], gb, tb[r], tb[r + 1]);
         let o = mat(so[r], so[r + 1], go, to[r], to[r + 1]);
         if a.cols == 0 {
-            // An empty inner dimension: the product is zeros.
+            // An empty inner dimension: the product is zeros (plus the bias).
+            let row: Vec<f64> = (0..o.cols as isize)
+                .map(|j| match bias {
+                    Some((_, r)) => {
+                        let blk = &st.blocks[st.home[inputs[2].index()]];
+                        let at = (r.offset + j * r.stride) as usize;
+                        match elements::read(blk.as_bytes(), dtype, at) {
+                            Either::F(x) => x,
+                            Either::I(x) => x as f64,
+                        }
+                    }
+                    None => 0.0,
+                })
+                .collect();
             let h = st.home[id.index()];
             let bytes = st.blocks[h].as_bytes_mut();
             for i in 0..o.rows as isize {
-                for j in 0..o.cols as isize {
-                    let at = (o.offset + i * o.rs + j * o.cs) as usize;
-                    elements::write(bytes, dtype, at, Either::F(0.0));
+                for (j, &v) in row.iter().enumerate() {
+                    let at = (o.offset + i * o.rs + j as isize * o.cs) as usize;
+                    elements::write(bytes, dtype, at, Either::F(v));
                 }
             }
             continue;
         }
         // Layouts were checked against their storage when allocated and read.
-        unsafe { super::matmul::gemm(dtype, (pa, a), (pb, b), (po, o)) };
+        unsafe { super::matmul::gemm(dtype, (pa, a), (pb, b), (po, o), bias) };
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Extern matmuls on the host through `matrixmultiply` (blocked, SIMD, multithreaded): operands
 //! read in place through their layouts (transposed weights need no copy); f16/bf16 operands are
-//! widened to f32 first and the product rounded once to the output dtype.
+//! widened to f32 first and the product rounded once to the output dtype. A bias row (`addmm`)
+//! is the accumulator's starting value, so it too is added before that one rounding.
 
 use guardless_ir::graph::DType;
 
@@ -14,15 +15,46 @@ pub struct Mat {
     pub offset: isize,
 }
 
-/// `out = a @ b` for one matrix (`a`: m×k, `b`: k×n, `out`: m×n), each in its own storage.
+/// A bias row: element `j` at `offset + j * stride`.
+#[derive(Copy, Clone, Debug)]
+pub struct Row {
+    pub offset: isize,
+    pub stride: isize,
+}
+
+/// `out = a @ b (+ bias)` for one matrix (`a`: m×k, `b`: k×n, `out`: m×n, `bias`: n), each in its
+/// own storage.
 ///
 /// # Safety
 /// Every element the views address lies inside its storage.
-pub unsafe fn gemm(dtype: DType, a: (*const u8, Mat), b: (*const u8, Mat), out: (*mut u8, Mat)) {
+pub unsafe fn gemm(
+    dtype: DType,
+    a: (*const u8, Mat),
+    b: (*const u8, Mat),
+    out: (*mut u8, Mat),
+    bias: Option<(*const u8, Row)>,
+) {
     let (m, k, n) = (a.1.rows, a.1.cols, b.1.cols);
     if m == 0 || n == 0 {
         return;
     }
+    // With a bias, every row of the output starts as it and the product is added (beta = 1).
+    let beta = match bias {
+        Some((p, row)) if matches!(dtype, DType::F32 | DType::F64) => {
+            let size = dtype.size() as isize;
+            for i in 0..m as isize {
+                for j in 0..n as isize {
+                    let src = p.offset((row.offset + j * row.stride) * size);
+                    let dst = out
+                        .0
+                        .offset((out.1.offset + i * out.1.rs + j * out.1.cs) * size);
+                    std::ptr::copy_nonoverlapping(src, dst, size as usize);
+                }
+            }
+            1.0
+        }
+        _ => 0.0,
+    };
     match dtype {
         DType::F32 => {
             let (pa, pb, po) = (a.0 as *const f32, b.0 as *const f32, out.0 as *mut f32);
@@ -37,7 +69,7 @@ pub unsafe fn gemm(dtype: DType, a: (*const u8, Mat), b: (*const u8, Mat), out: 
                 pb.offset(b.1.offset),
                 b.1.rs,
                 b.1.cs,
-                0.0,
+                beta as f32,
                 po.offset(out.1.offset),
                 out.1.rs,
                 out.1.cs,
@@ -56,7 +88,7 @@ pub unsafe fn gemm(dtype: DType, a: (*const u8, Mat), b: (*const u8, Mat), out: 
                 pb.offset(b.1.offset),
                 b.1.rs,
                 b.1.cs,
-                0.0,
+                beta,
                 po.offset(out.1.offset),
                 out.1.rs,
                 out.1.cs,
@@ -79,7 +111,20 @@ pub unsafe fn gemm(dtype: DType, a: (*const u8, Mat), b: (*const u8, Mat), out: 
                 w
             };
             let (wa, wb) = (widen(a.0, a.1), widen(b.0, b.1));
-            let mut wo = vec![0f32; m * n];
+            let row = bias.map(|(p, row)| {
+                let v = Mat {
+                    rows: 1,
+                    cols: n,
+                    rs: 0,
+                    cs: row.stride,
+                    offset: row.offset,
+                };
+                widen(p, v)
+            });
+            let mut wo: Vec<f32> = match &row {
+                Some(r) => (0..m).flat_map(|_| r.iter().copied()).collect(),
+                None => vec![0f32; m * n],
+            };
             matrixmultiply::sgemm(
                 m,
                 k,
@@ -91,7 +136,7 @@ pub unsafe fn gemm(dtype: DType, a: (*const u8, Mat), b: (*const u8, Mat), out: 
                 wb.as_ptr(),
                 n as isize,
                 1,
-                0.0,
+                if row.is_some() { 1.0 } else { 0.0 },
                 wo.as_mut_ptr(),
                 n as isize,
                 1,

@@ -1,6 +1,6 @@
 //! [`Device`] on the CUDA driver: modules from CUBIN, launches and copies on one stream,
 //! stream-ordered allocations (the driver's memory pool makes them cheap), matmuls through
-//! cuBLAS. Raw driver calls rather than cudarc's typed slices: the launcher deals in addresses,
+//! cuBLAS (`addmm`'s bias through cuBLASLt's epilogue). Raw driver calls rather than cudarc's typed slices: the launcher deals in addresses,
 //! and a launch must cost microseconds of host time.
 
 use std::ffi::{c_void, CString};
@@ -11,7 +11,8 @@ use cudarc::driver::{result, sys, CudaContext};
 use guardless_codegen::cuda::Entry;
 use guardless_ir::graph::DType;
 
-use crate::launch::{Device, Gemm};
+use super::lt::Lt;
+use crate::launch::{BlasGemm, Device, Gemm};
 
 /// A stream, destroyed with the last allocation that uses it (when this runtime created it).
 pub struct Stream {
@@ -64,6 +65,11 @@ pub struct CudaDevice {
     /// Per entry of the module index; `None` for variants without code.
     functions: Vec<Option<sys::CUfunction>>,
     blas: Option<blas_sys::cublasHandle_t>,
+    lt: Option<Lt>,
+    /// Matmuls with a bias that cuBLASLt's epilogue refused (the bias copied into the output,
+    /// then the product added by cuBLAS instead), and why the last one was.
+    pub epilogue_fallbacks: usize,
+    pub epilogue_error: Option<String>,
     pooled: bool,
     /// Recorded calls (instantiated CUDA graphs); `None` once dropped.
     graphs: Vec<Option<sys::CUgraphExec>>,
@@ -117,6 +123,9 @@ impl CudaDevice {
             modules,
             functions,
             blas: None,
+            lt: None,
+            epilogue_fallbacks: 0,
+            epilogue_error: None,
             pooled,
             graphs: Vec::new(),
         })
@@ -204,6 +213,7 @@ impl Drop for CudaDevice {
         if let Some(h) = self.blas.take() {
             let _ = unsafe { blas::destroy_handle(h) };
         }
+        self.lt = None;
         for m in self.modules.drain(..) {
             let _ = unsafe { result::module::unload(m) };
         }
@@ -339,7 +349,38 @@ impl Device for CudaDevice {
 
     fn gemm(&mut self, g: &Gemm) -> Result<(), String> {
         let p = g.plan().ok_or("a layout cuBLAS cannot take")?;
-        let (ty, compute) = blas_type(g.dtype).ok_or("a dtype cuBLAS does not multiply here")?;
+        if p.bias.is_none() {
+            return self.blas_gemm(&p, g.dtype, false);
+        }
+        let lt = match self.lt.take() {
+            Some(lt) => Ok(lt),
+            None => Lt::new(),
+        };
+        let done = lt.and_then(|mut lt| {
+            let r = lt.matmul_bias(&p, g.dtype, self.stream.raw);
+            self.lt = Some(lt);
+            r
+        });
+        if let Err(e) = done {
+            // The bias copied into every row of the output, then the product added.
+            self.epilogue_fallbacks += 1;
+            self.epilogue_error = Some(e);
+            let copies = g
+                .bias_fill(g.dtype.size())
+                .ok_or("a bias into an output with padded rows")?;
+            for (dst, src, len) in copies {
+                self.copy(dst, src, len)?;
+            }
+            return self.blas_gemm(&p, g.dtype, true);
+        }
+        Ok(())
+    }
+}
+
+impl CudaDevice {
+    /// `C = op(A)·op(B)`, or `C += op(A)·op(B)` when `accumulate`.
+    fn blas_gemm(&mut self, p: &BlasGemm, dtype: DType, accumulate: bool) -> Result<(), String> {
+        let (ty, compute) = blas_type(dtype).ok_or("a dtype cuBLAS does not multiply here")?;
         let h = self.blas()?;
         let op = |t: bool| {
             if t {
@@ -348,11 +389,12 @@ impl Device for CudaDevice {
                 blas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
-        let (alpha, beta): (*const c_void, *const c_void) = if g.dtype == DType::F64 {
-            (&one64 as *const f64 as _, &zero64 as *const f64 as _)
+        let b = f64::from(u8::from(accumulate));
+        let (one32, beta32, one64, beta64) = (1.0f32, b as f32, 1.0f64, b);
+        let (alpha, beta): (*const c_void, *const c_void) = if dtype == DType::F64 {
+            (&one64 as *const f64 as _, &beta64 as *const f64 as _)
         } else {
-            (&one32 as *const f32 as _, &zero32 as *const f32 as _)
+            (&one32 as *const f32 as _, &beta32 as *const f32 as _)
         };
         unsafe {
             blas::gemm_strided_batched_ex(

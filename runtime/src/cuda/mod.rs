@@ -3,6 +3,7 @@
 //! launcher (`launch`) on the CUDA driver.
 
 mod device;
+mod lt;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,9 @@
 //! Matmuls as cuBLAS sees them. cuBLAS is column-major: a row-major `C = A·B` is computed as
 //! `Cᵀ = Bᵀ·Aᵀ`, and each operand is passed as itself or transposed, whichever of its strides is
 //! the unit one. A layout with no unit stride (or sizes past `i32`) is not expressible: the
-//! launcher runs that matmul on the host instead.
+//! launcher runs that matmul on the host instead. An `addmm` bias row is always computed in the
+//! transposed form, where it runs along cuBLAS's rows: cuBLASLt's bias epilogue adds such a
+//! vector, or (the fallback) it is copied into every row of `C` and the product added to it.
 
 use guardless_ir::graph::DType;
 
@@ -17,7 +19,7 @@ pub struct Operand {
     pub batch_stride: i64,
 }
 
-/// `c[i] = a[i] · b[i]` for `i < batch` (`a: m × k`, `b: k × n`, `c: m × n`).
+/// `c[i] = a[i] · b[i] (+ bias)` for `i < batch` (`a: m × k`, `b: k × n`, `c: m × n`).
 #[derive(Clone, Debug)]
 pub struct Gemm {
     pub dtype: DType,
@@ -25,6 +27,9 @@ pub struct Gemm {
     pub a: Operand,
     pub b: Operand,
     pub c: Operand,
+    /// `addmm`: the address of a dense row of `n` elements added to every row of each product
+    /// before its rounding.
+    pub bias: Option<u64>,
 }
 
 /// A column-major cuBLAS operand: `transposed` says whether to apply `op = T`.
@@ -46,6 +51,8 @@ pub struct BlasGemm {
     pub b: BlasOperand,
     pub c: BlasOperand,
     pub batch: i32,
+    /// A dense vector of `m` elements added to every column of `C` (the bias row).
+    pub bias: Option<u64>,
 }
 
 /// The dtypes cuBLAS multiplies here (f32 accumulation for the 16-bit ones).
@@ -91,8 +98,12 @@ impl Gemm {
     pub fn plan(&self) -> Option<BlasGemm> {
         let (m, k, n) = (self.a.rows, self.a.cols, self.b.cols);
         let fits = |v: i64| i32::try_from(v).ok();
-        // C itself column-major, or else Cᵀ = Bᵀ·Aᵀ with Cᵀ column-major.
-        let direct = self.c.blas().filter(|c| !c.transposed);
+        // C itself column-major, or else Cᵀ = Bᵀ·Aᵀ with Cᵀ column-major (always with a bias:
+        // then it runs along cuBLAS's rows).
+        let direct = self
+            .c
+            .blas()
+            .filter(|c| !c.transposed && self.bias.is_none());
         let (a, b, c, m, n) = match direct {
             Some(c) => (self.a.blas()?, self.b.blas()?, c, m, n),
             None => {
@@ -114,7 +125,38 @@ impl Gemm {
             b,
             c,
             batch: fits(self.batch)?,
+            bias: self.bias,
         })
+    }
+}
+
+impl Gemm {
+    /// Device copies `(dst, src, bytes)` that put the bias in every row of `C` (elements of
+    /// `size` bytes), for a gemm that then adds the product to `C` (beta = 1), or for an empty
+    /// inner dimension: the bias into the first row, then the rows filled so far copied after
+    /// them, doubling — a logarithmic number of copies. `None` without a bias, or when `C`'s
+    /// rows are not dense and consecutive.
+    pub fn bias_fill(&self, size: usize) -> Option<Vec<(u64, u64, usize)>> {
+        let bias = self.bias?;
+        let (rows, cols, c) = (self.c.rows.max(0) as usize, self.c.cols.max(0), &self.c);
+        if (c.col_stride != 1 && cols > 1) || (c.row_stride != cols && rows > 1) {
+            return None;
+        }
+        let row = cols as usize * size;
+        let mut copies = Vec::new();
+        for b in 0..self.batch.max(0) as u64 {
+            let base = c.address + b * (c.batch_stride as u64 * size as u64);
+            if rows > 0 {
+                copies.push((base, bias, row));
+            }
+            let mut filled = 1usize;
+            while filled < rows {
+                let more = filled.min(rows - filled);
+                copies.push((base + (filled * row) as u64, base, more * row));
+                filled += more;
+            }
+        }
+        Some(copies)
     }
 }
 
@@ -140,6 +182,7 @@ mod tests {
             a,
             b,
             c,
+            bias: None,
         }
     }
 
@@ -185,6 +228,11 @@ mod tests {
 
     /// What cuBLAS computes for a plan, on `mem` (addresses are element indices).
     fn run_blas(p: &BlasGemm, mem: &mut [f64]) {
+        run_blas_beta(p, mem, 0.0)
+    }
+
+    /// `C = op(A)·op(B) + beta·C`.
+    fn run_blas_beta(p: &BlasGemm, mem: &mut [f64], beta: f64) {
         let at = |o: &BlasOperand, r: i64, c: i64| -> usize {
             let (r, c) = if o.transposed { (c, r) } else { (r, c) };
             (o.address as i64 + r + c * o.ld as i64) as usize
@@ -194,7 +242,8 @@ mod tests {
                 let acc: f64 = (0..p.k as i64)
                     .map(|l| mem[at(&p.a, i, l)] * mem[at(&p.b, l, j)])
                     .sum();
-                mem[at(&p.c, i, j)] = acc;
+                let c = at(&p.c, i, j);
+                mem[c] = acc + if beta == 0.0 { 0.0 } else { beta * mem[c] };
             }
         }
     }
@@ -270,5 +319,65 @@ mod tests {
             }
         }
         assert!(checked > 300, "{checked} layouts checked");
+    }
+
+    #[test]
+    fn a_bias_row_runs_along_cublas_rows_and_is_filled_by_doubling_copies() {
+        // x [m, k] (row-major or transposed) · w [k, n] + bias [n] into a dense [m, n].
+        for (m, k, n) in [(3, 4, 5), (1, 4, 5), (7, 2, 1), (6, 3, 9), (0, 3, 4)] {
+            for (ars, acs) in [(k, 1), (1, m.max(1))] {
+                for (brs, bcs) in [(n, 1), (1, k)] {
+                    let (a, b, c, bias) = (0u64, 1000u64, 2000u64, 3000u64);
+                    let g = Gemm {
+                        bias: Some(bias),
+                        ..gemm(
+                            Operand {
+                                address: a,
+                                ..op(m, k, ars, acs)
+                            },
+                            Operand {
+                                address: b,
+                                ..op(k, n, brs, bcs)
+                            },
+                            Operand {
+                                address: c,
+                                ..op(m, n, n, 1)
+                            },
+                        )
+                    };
+                    let p = g.plan().expect("a plan");
+                    // Transposed: cuBLAS's rows are the output's columns, as the bias runs.
+                    assert_eq!((p.m, p.n), (n as i32, m as i32), "{g:?}");
+                    let mut mem: Vec<f64> = (0..3100).map(|i| (i % 7) as f64 - 3.0).collect();
+                    let want: Vec<f64> = (0..m * n)
+                        .map(|e| {
+                            let (i, j) = (e / n, e % n);
+                            mem[(bias as i64 + j) as usize]
+                                + (0..k)
+                                    .map(|l| {
+                                        mem[(a as i64 + i * ars + l * acs) as usize]
+                                            * mem[(b as i64 + l * brs + j * bcs) as usize]
+                                    })
+                                    .sum::<f64>()
+                        })
+                        .collect();
+                    let copies = g.bias_fill(1).expect("a dense C");
+                    assert!(copies.len() as f64 <= 1.0 + (m.max(1) as f64).log2().ceil());
+                    for (dst, src, len) in copies {
+                        let from: Vec<f64> = mem[src as usize..][..len].to_vec();
+                        mem[dst as usize..][..len].copy_from_slice(&from);
+                    }
+                    run_blas_beta(&p, &mut mem, 1.0);
+                    let got: Vec<f64> = (0..m * n).map(|e| mem[(c as i64 + e) as usize]).collect();
+                    assert_eq!(got, want, "{m}x{k}x{n} {g:?}");
+                }
+            }
+        }
+        // A padded C cannot be filled by whole-column copies.
+        let padded = Gemm {
+            bias: Some(0),
+            ..gemm(op(3, 4, 4, 1), op(4, 5, 5, 1), op(3, 5, 8, 1))
+        };
+        assert!(padded.bias_fill(4).is_none());
     }
 }

@@ -14,8 +14,10 @@ impl<D: Device> Session<'_, D> {
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         if let BufferKind::Extern { kernel, inputs } = &buf.kind {
-            if matches!(kernel, ExternKernel::Mm | ExternKernel::Bmm)
-                && gemm::supported(buf.dtype)
+            if matches!(
+                kernel,
+                ExternKernel::Mm | ExternKernel::AddMm | ExternKernel::Bmm
+            ) && gemm::supported(buf.dtype)
                 && inputs
                     .iter()
                     .all(|i| p.buffers[i.index()].dtype == buf.dtype)
@@ -219,7 +221,7 @@ impl<D: Device> Session<'_, D> {
         Ok(true)
     }
 
-    /// `mm`/`bmm` on the device; `false` when the layouts need the host.
+    /// `mm`/`addmm`/`bmm` on the device; `false` when the layouts need the host.
     fn device_matmul(
         &mut self,
         dev_: &mut D,
@@ -251,14 +253,37 @@ impl<D: Device> Session<'_, D> {
             col_stride: st[r + 1],
             batch_stride: if batched { st[0] } else { 0 },
         };
+        // addmm's bias row (`[n]` or `[1, n]`), which the device needs dense.
+        let bias = match inputs.get(2) {
+            Some(&bias) => {
+                let (sizes, off, st) = view(self, bias)?;
+                let (n, stride) = (sizes.last().copied(), st.last().copied());
+                if n != so.last().copied() || (stride != Some(1) && n != Some(1)) {
+                    return Ok(false);
+                }
+                Some(self.address(bias, dev_) + off as u64 * size)
+            }
+            None => None,
+        };
         let g = Gemm {
             dtype: buf.dtype,
             batch: if batched { so[0] } else { 1 },
             a: operand(self.address(inputs[0], dev_), oa, &sa, &ta),
             b: operand(self.address(inputs[1], dev_), ob, &sb, &tb),
             c: operand(out, oo, &so, &to),
+            bias,
         };
         if g.batch <= 0 || g.c.rows <= 0 || g.c.cols <= 0 {
+            return Ok(true);
+        }
+        if g.a.cols == 0 && bias.is_some() {
+            // An empty inner dimension: the bias in every row.
+            let Some(copies) = g.bias_fill(size as usize) else {
+                return Ok(false);
+            };
+            for (dst, src, len) in copies {
+                dev(dev_.copy(dst, src, len))?;
+            }
             return Ok(true);
         }
         if g.a.cols == 0 {

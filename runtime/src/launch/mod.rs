@@ -21,7 +21,7 @@ use guardless_ir::sym::{Bindings, Expr, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
 use crate::elements::{self, Either};
-pub use gemm::{Gemm, Operand};
+pub use gemm::{BlasGemm, Gemm, Operand};
 
 mod capture;
 mod in_place;

@@ -25,6 +25,8 @@ pub struct Emu {
     /// For each download (a wait for the device), how many functions had been launched.
     pub downloads: Vec<usize>,
     pub gemms: usize,
+    /// Of them, with a bias row (`addmm`).
+    pub biased: usize,
     /// While recording (as a CUDA graph capture does), queued work is kept, not run.
     pub recording: Option<Vec<Work>>,
     pub recordings: Vec<Vec<Work>>,
@@ -77,6 +79,7 @@ impl Emu {
             copied_bytes: 0,
             downloads: Vec::new(),
             gemms: 0,
+            biased: 0,
             recording: None,
             recordings: Vec::new(),
         }
@@ -169,11 +172,16 @@ impl Emu {
         // f64 accumulation and one rounding, as the reference does; cuBLAS with f32
         // accumulation lands within the dtype tolerance of it.
         self.gemms += 1;
+        self.biased += usize::from(g.bias.is_some());
         let d = g.dtype;
         for bi in 0..g.batch {
             for i in 0..g.c.rows {
                 for j in 0..g.c.cols {
-                    let mut acc = 0.0;
+                    // addmm: the bias row starts the sum (one rounding, as cuBLASLt's epilogue).
+                    let mut acc = match g.bias {
+                        Some(bias) => unsafe { read_at(bias, d, j) },
+                        None => 0.0,
+                    };
                     for l in 0..g.a.cols {
                         let a = bi * g.a.batch_stride + i * g.a.row_stride + l * g.a.col_stride;
                         let b = bi * g.b.batch_stride + l * g.b.row_stride + j * g.b.col_stride;

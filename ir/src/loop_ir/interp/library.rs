@@ -191,7 +191,8 @@ impl Program {
         Ok(out)
     }
 
-    /// mm, bmm and grouped mm: products accumulated exactly (f64), rounded once.
+    /// mm, addmm, bmm and grouped mm: products accumulated exactly (f64), the bias added, rounded
+    /// once.
     pub(super) fn extern_kernel(
         &self,
         buf: &Buffer,
@@ -205,7 +206,8 @@ impl Program {
         let out_shape = self.sizes_of_buffer(buf, b)?;
         let read = |id: BufferId, idx: &[i64]| self.read_at(storage, id, idx, b).map(|v| v.f());
         // Group g covers [start, end) of the grouped dimension (all of it without offsets).
-        let groups: Vec<(i64, i64)> = match args.get(2) {
+        let offsets = args.get(2).filter(|_| kernel == ExternKernel::GroupedMm);
+        let groups: Vec<(i64, i64)> = match offsets {
             Some(&offs) => {
                 let limit = match (da.len(), dm.len()) {
                     (2, 3) => da[0],
@@ -230,11 +232,11 @@ impl Program {
             None => Vec::new(),
         };
         let inner = match kernel {
-            ExternKernel::Mm => da[1],
+            ExternKernel::Mm | ExternKernel::AddMm => da[1],
             _ => *da.last().expect("rank ≥ 2"),
         };
         let inner2 = match (kernel, dm.len()) {
-            (ExternKernel::Mm, _) | (_, 2) => dm[0],
+            (ExternKernel::Mm | ExternKernel::AddMm, _) | (_, 2) => dm[0],
             _ => dm[1],
         };
         if inner != inner2 {
@@ -243,6 +245,10 @@ impl Program {
                 kernel.name()
             ));
         }
+        let bias_rank = match kernel {
+            ExternKernel::AddMm => self.sizes_of(args[2], b)?.len(),
+            _ => 0,
+        };
         let total: i64 = out_shape.iter().product();
         let mut out = Vec::with_capacity(total.max(0) as usize);
         let mut o = vec![0i64; out_shape.len()];
@@ -256,6 +262,17 @@ impl Program {
                     &|k| read(m, &[k, o[1]]),
                     (0, inner),
                 )?,
+                (ExternKernel::AddMm, ..) => {
+                    let at: &[i64] = match bias_rank {
+                        1 => &[o[1]],
+                        _ => &[0, o[1]],
+                    };
+                    dot(
+                        &|k| read(a, &[o[0], k]),
+                        &|k| read(m, &[k, o[1]]),
+                        (0, inner),
+                    )? + read(args[2], at)?
+                }
                 (ExternKernel::Bmm, ..) | (ExternKernel::GroupedMm, 3, 3) => dot(
                     &|k| read(a, &[o[0], o[1], k]),
                     &|k| read(m, &[o[0], k, o[2]]),
