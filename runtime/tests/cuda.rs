@@ -249,7 +249,7 @@ fn library_steps_run_on_the_gpu() {
         return;
     }
     // The MoE path (sort, histc, cumsum, grouped matmul), and a cumsum with a topk: every step
-    // on the device (up to the sort's bound), against the reference.
+    // on the device, against the reference.
     let moe = Graph::from_json(include_str!("../../tests/graphs/moe_grouped_mm.json")).unwrap();
     let lines = Graph::from_json(
         r#"{"format": "guardless-graph", "version": 1, "name": "lines",
@@ -260,7 +260,20 @@ fn library_steps_run_on_the_gpu() {
         "outputs": [{"tensor": "c"}, {"tensor": "t", "index": 0}, {"tensor": "t", "index": 1}]}"#,
     )
     .unwrap();
-    for (g, symbol, sizes) in [(&moe, "u0", [0, 13, 256]), (&lines, "n", [0, 17, 5000])] {
+    // A sampler's sort of the vocabulary: long lines, by radix.
+    let vocab = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "vocab_sort",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 1024}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 32000]}],
+        "nodes": [{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": -1, "descending": true}}],
+        "outputs": [{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]}"#,
+    )
+    .unwrap();
+    for (g, symbol, sizes) in [
+        (&moe, "u0", [0, 13, 1000]),
+        (&lines, "n", [0, 17, 5000]),
+        (&vocab, "n", [0, 1, 8]),
+    ] {
         let mut gpu = CudaProgram::compile(lower(g).unwrap()).unwrap();
         for (seed, n) in sizes.into_iter().enumerate() {
             let mut b = Bindings::new();

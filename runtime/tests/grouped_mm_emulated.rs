@@ -34,14 +34,16 @@ fn the_moe_path_runs_on_the_device() {
         b.set(g.env.symbol_id("u0").unwrap(), n);
         let inputs = random_inputs(&g, &b, seed, (0, 3));
         let host = compare(&format!("moe n = {n}"), &mut dev, &exe, &g, &inputs);
-        // Sorting 300 expert ids (values and positions) is too long for a thread per line.
-        assert_eq!(host, usize::from(n == 300) * 2, "moe n = {n}: host steps");
+        assert_eq!(host, 0, "moe n = {n}: host steps");
     }
-    assert!(
-        dev.launched.iter().any(|f| f.starts_with("grouped_mm_")),
-        "{:?}",
-        dev.launched
-    );
+    // Sorting 300 expert ids (values and positions) is too long for a thread per line: radix.
+    for part in ["grouped_mm_", "_radix"] {
+        assert!(
+            dev.launched.iter().any(|f| f.contains(part)),
+            "{part}: {:?}",
+            dev.launched
+        );
+    }
 }
 
 #[test]

@@ -359,17 +359,17 @@ fn a_call_with_host_steps_cannot_be_recorded() {
     );
     assert!(dev.recording.is_none() && dev.recordings.is_empty());
     drop(s);
-    // A sort of 300 elements runs on the host (too long for a thread per line).
+    // An integer matmul runs on the host (cuBLAS multiplies floats).
     let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "long_sort",
+        r#"{"format": "guardless-graph", "version": 1, "name": "int_mm",
         "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 4096}],
-        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n"]}],
-        "nodes": [{"name": "c", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}}}],
-        "outputs": [{"tensor": "c", "index": 0}]}"#,
+        "inputs": [{"name": "x", "dtype": "i64", "shape": ["n", 3]}, {"name": "w", "dtype": "i64", "shape": [3, 2]}],
+        "nodes": [{"name": "c", "op": "aten.mm.default", "args": {"self": {"tensor": "x"}, "mat2": {"tensor": "w"}}}],
+        "outputs": [{"tensor": "c"}]}"#,
     )
     .unwrap();
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
-    let mut dev = Emu::new("long_sort_capture", &exe);
+    let mut dev = Emu::new("int_mm_capture", &exe);
     let (inputs, b) = inputs_at(&g, 300, 5);
     let mut s = Session::new(&mut dev, &exe, Inputs::Host(&inputs), &b, &options).unwrap();
     let e = s.capture(&mut dev).unwrap_err().to_string();

@@ -1,7 +1,7 @@
 //! `cumsum`, `sort` and `topk` on the device (`codegen::cuda::lines`), run on the CPU emulation of
 //! CUDA and compared with the reference executor bit for bit: a thread walks each line in the
-//! host's order. Dimensions first, middle and last; ties, NaN and −0.0; a sort too long for the
-//! device stays on the host.
+//! host's order, or for long sorts a block per line sorting by radix. Dimensions first, middle and
+//! last; ties, NaN and −0.0; every dtype through the radix sort.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -135,22 +135,70 @@ fn sort_and_topk_match_the_host() {
 }
 
 #[test]
-fn a_sort_too_long_for_the_device_runs_on_the_host() {
-    // 300 × 300 comparisons a line: past the device's bound.
-    let g = graph(
-        "f32",
-        r#"{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": 0}}"#,
-        r#"[{"tensor": "s", "index": 0}]"#,
-    );
-    let exe = Executable::new(lower(&g).unwrap()).unwrap();
-    let mut dev = Emu::new("long_sort", &exe);
-    assert_eq!(
-        exact("short", &mut dev, &exe, &g, &awkward(DType::F32, 100, 7)),
-        0
-    );
-    // The values and the positions (computed too, though unused): both on the host.
-    assert_eq!(
-        exact("long", &mut dev, &exe, &g, &awkward(DType::F32, 300, 8)),
-        2
-    );
+fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
+    // 600 × 600 comparisons a line: past the selection's bound, so a block per line sorts by
+    // radix — in every dtype, both directions, values and positions, several tiles a line.
+    for dtype in [
+        "f64", "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "bool",
+    ] {
+        for (op, args) in [
+            ("sort", r#""dim": -1, "descending": false"#),
+            ("sort", r#""dim": -1, "descending": true"#),
+        ] {
+            let g = Graph::from_json(&format!(
+                r#"{{"format": "guardless-graph", "version": 1, "name": "long_sort",
+                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [2, "n"]}}],
+                "nodes": [{{"name": "s", "op": "aten.{op}.default", "args": {{"self": {{"tensor": "x"}}, {args}}}}}],
+                "outputs": [{{"tensor": "s", "index": 0}}, {{"tensor": "s", "index": 1}}]}}"#
+            ))
+            .unwrap();
+            let exe = Executable::new(lower(&g).unwrap()).unwrap();
+            let mut dev = Emu::new("long_sort", &exe);
+            let d = g.inputs[0].dtype;
+            let x = awkward(d, 100, 9);
+            // The same values as [2, 600] (awkward makes [n, 4, 3]).
+            let x = HostTensor {
+                shape: vec![2, 600],
+                ..x
+            };
+            let what = format!("{op} {dtype} {args}");
+            assert_eq!(
+                exact(&what, &mut dev, &exe, &g, &x),
+                0,
+                "{what}: on the host"
+            );
+            let radix = dev
+                .launched
+                .iter()
+                .filter(|f| f.ends_with("_radix"))
+                .count();
+            assert_eq!(radix, 2, "{what}: {:?}", dev.launched);
+        }
+    }
+    // topk of many, and lines across the middle dimension (an inner stride); the function is
+    // chosen per call: the selection at the smaller size, the radix sort at the larger.
+    for (node, outputs, sizes) in [
+        (
+            r#"{"name": "s", "op": "aten.topk.default", "args": {"self": {"tensor": "x"}, "k": 250, "dim": 0, "largest": true}}"#,
+            r#"[{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]"#,
+            [(7, 260), (8, 300)],
+        ),
+        (
+            r#"{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": 0}}"#,
+            r#"[{"tensor": "s", "index": 0}]"#,
+            [(7, 100), (8, 300)],
+        ),
+    ] {
+        let g = graph("f32", node, outputs);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new("long_sort_inner", &exe);
+        for (seed, n) in sizes {
+            let what = format!("{node} n = {n}");
+            let x = awkward(DType::F32, n, seed);
+            assert_eq!(exact(&what, &mut dev, &exe, &g, &x), 0, "{what}");
+        }
+        assert!(dev.launched.iter().any(|f| f.ends_with("_radix")), "{node}");
+        assert!(dev.launched.iter().any(|f| f.ends_with("_write")), "{node}");
+    }
 }

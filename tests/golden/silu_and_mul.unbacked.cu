@@ -106,6 +106,19 @@ __device__ __forceinline__ bool gl_sort_before(long long a, long long ai, long l
   return c < 0 || (c == 0 && ai < bi);
 }
 
+// Radix sort keys: unsigned integers whose ascending order is gl_sort_before's (NaN above every
+// number, -0.0 equal to 0.0); 16-bit floats arrive as floats (their low bits zero).
+__device__ __forceinline__ unsigned long long gl_sort_key(double v) {
+  if (v != v) return ~0ull;
+  const unsigned long long b = (unsigned long long)__double_as_longlong(v == 0.0 ? 0.0 : v);
+  return (b >> 63) ? ~b : (b | (1ull << 63));
+}
+__device__ __forceinline__ unsigned long long gl_sort_key(float v) {
+  if (v != v) return 0xFFFFFFFFull;
+  const unsigned b = (unsigned)__float_as_int(v == 0.0f ? 0.0f : v);
+  return (b >> 31) ? (unsigned long long)(~b) : (unsigned long long)(b | 0x80000000u);
+}
+
 // The inclusive scan (Hillis–Steele) of `s[0, n)` in shared memory, one element per thread of
 // an `n`-thread block, after each thread wrote its own; every thread of the block calls it.
 __device__ __forceinline__ void gl_block_scan(long long* s, int n) {

@@ -5,9 +5,12 @@
 //! `(o·len + j)·inner + i` for `j < len`, read from its contiguous storage as the host reads
 //! it.
 //!
-//! Sorting is a selection: the `t`-th output is the first element, in the order, that comes
-//! after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. The launcher runs it
-//! on the device only when that work is small ([`SORT_WORK`]); longer sorts stay on the host.
+//! A short sort is a selection: the `t`-th output is the first element, in the order, that
+//! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past
+//! [`SORT_WORK`] comparisons the launcher runs the `radix` function instead: a block per line,
+//! a stable least-significant-digit radix sort (2-bit digits, ranks from one packed block scan
+//! per tile) of keys whose unsigned order is the host's (`gl_sort_key`: NaN above every number,
+//! −0.0 equal to 0.0; inverted for descending), through 32 bytes of workspace per element.
 
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
@@ -19,17 +22,36 @@ use super::{hoist, Param, Part};
 
 /// Threads per block; a thread per line.
 pub const THREADS: i64 = 256;
-/// The most comparisons per line (`keep · len`) a device sort does; above it, the host sorts.
+/// The most comparisons per line (`keep · len`) a selection sort does; above it, the radix sort
+/// runs.
 pub const SORT_WORK: i64 = 1 << 16;
 
-/// The one function of scan or sort step `id`.
+/// A radix key of element `gl_v` of `dtype` (as `gl_ld` reads it), and the key bits that vary:
+/// `[lo, hi)`, an even number of them.
+fn radix_key(dtype: DType) -> (&'static str, u32, u32) {
+    match dtype {
+        DType::F64 => ("gl_sort_key(gl_v)", 0, 64),
+        DType::F32 => ("gl_sort_key(gl_v)", 0, 32),
+        // A 10-bit mantissa: the float's low 13 bits are zero.
+        DType::F16 => ("gl_sort_key(gl_v)", 12, 32),
+        DType::BF16 => ("gl_sort_key(gl_v)", 16, 32),
+        DType::I64 => ("(unsigned long long)gl_v ^ (1ull << 63)", 0, 64),
+        DType::I32 => ("(unsigned long long)((unsigned)gl_v ^ 0x80000000u)", 0, 32),
+        DType::I8 => ("(unsigned long long)(gl_v + 128)", 0, 8),
+        DType::U8 => ("(unsigned long long)gl_v", 0, 8),
+        DType::Bool => ("(unsigned long long)gl_v", 0, 2),
+    }
+}
+
+/// The functions of scan or sort step `id`: a scan's, or a sort's selection (`write`) and radix
+/// sort (`radix`).
 pub(super) fn render(
     p: &mut Program,
     tera: &Tera,
     entry: &str,
     id: BufferId,
     pointers: &[String],
-) -> [(Part, String, Vec<Param>); 1] {
+) -> Vec<(Part, String, Vec<Param>)> {
     let buf = p.buffers[id.index()].clone();
     let (input, dim, sort) = match &buf.kind {
         BufferKind::Scan { input, dim } => (*input, *dim, None),
@@ -65,6 +87,7 @@ pub(super) fn render(
         pointers,
     );
     let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
+    let input_dtype = p.buffers[input.index()].dtype;
     ctx.insert("lines", &lines_c);
     ctx.insert("inner", &inner_c);
     ctx.insert("len", &len_c);
@@ -77,17 +100,49 @@ pub(super) fn render(
         _ => "long long",
     };
     ctx.insert("acc", acc);
-    match sort {
-        None => ctx.insert("mode", "scan"),
-        Some((descending, _, indices)) => {
-            ctx.insert("mode", "sort");
-            ctx.insert("descending", &descending);
-            ctx.insert("indices", &indices);
-        }
+    let render = |ctx: &tera::Context| {
+        tera.render("lines.cu", ctx)
+            .map(|t| t + "\n")
+            .expect("lines template")
+    };
+    let Some((descending, _, indices)) = sort else {
+        ctx.insert("mode", "scan");
+        return vec![(Part::Write, render(&ctx), params)];
+    };
+    ctx.insert("mode", "sort");
+    ctx.insert("descending", &descending);
+    ctx.insert("indices", &indices);
+    let selection = render(&ctx);
+    // The radix sort takes the workspace before the error flag: keys and positions, twice.
+    let (mut radix_c, mut radix_params) = (params_c.clone(), params.clone());
+    let at = radix_c.len() - 1;
+    radix_c.insert(at, "char* __restrict__ gl_work_bytes".into());
+    radix_params.insert(
+        at,
+        Param::Workspace {
+            bytes: format!("32*(({})*({}))", p.env.text(lines), p.env.text(len)),
+        },
+    );
+    let mut ctx = context(&buf, entry, THREADS, &radix_c, &decls);
+    for (k, v) in [
+        ("lines", &lines_c),
+        ("inner", &inner_c),
+        ("len", &len_c),
+        ("keep", &keep_c),
+    ] {
+        ctx.insert(k, v);
     }
-    let text = tera
-        .render("lines.cu", &ctx)
-        .map(|t| t + "\n")
-        .expect("lines template");
-    [(Part::Write, text, params)]
+    ctx.insert("out", &pointers[id.index()]);
+    ctx.insert("input", &pointers[input.index()]);
+    ctx.insert("mode", "radix");
+    ctx.insert("descending", &descending);
+    ctx.insert("indices", &indices);
+    let (key, lo, hi) = radix_key(input_dtype);
+    ctx.insert("key", key);
+    ctx.insert("lo", &lo);
+    ctx.insert("hi", &hi);
+    vec![
+        (Part::Write, selection, params),
+        (Part::Radix, render(&ctx), radix_params),
+    ]
 }

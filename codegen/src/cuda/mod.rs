@@ -74,7 +74,7 @@ pub enum EntryOf {
 
 /// The functions of a library step done on the device, in launch order: a scatter (`index_put`)
 /// is `copy` then `write`; a select (`nonzero`, `masked_select`) is `count`, `scan`, then
-/// `write`.
+/// `write`; a sort is `write` (short lines) or `radix` (long ones).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {
@@ -87,6 +87,8 @@ pub enum Part {
     /// Scatter: the values written or added at their targets. Select: the kept elements (or
     /// their indices) written at their positions.
     Write,
+    /// Sort: a block per line, a stable radix sort through the workspace.
+    Radix,
 }
 
 const _: () = assert!(
@@ -94,10 +96,17 @@ const _: () = assert!(
         && Part::Count as usize == 1
         && Part::Scan as usize == 2
         && Part::Write as usize == 3
+        && Part::Radix as usize == 4
 );
 
 impl Part {
-    pub const ALL: [Part; 4] = [Part::Copy, Part::Count, Part::Scan, Part::Write];
+    pub const ALL: [Part; 5] = [
+        Part::Copy,
+        Part::Count,
+        Part::Scan,
+        Part::Write,
+        Part::Radix,
+    ];
 
     /// The part's position in [`Part::ALL`] (its declaration order; checked below).
     pub fn index(self) -> usize {
@@ -110,6 +119,7 @@ impl Part {
             Part::Count => "count",
             Part::Scan => "scan",
             Part::Write => "write",
+            Part::Radix => "radix",
         }
     }
 }
@@ -293,14 +303,8 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                     None => continue,
                 }
             }
-            BufferKind::Scan { .. } => (
-                "scan",
-                lines::render(p, &tera, ENTRY, b, &pointers).to_vec(),
-            ),
-            BufferKind::Sort { .. } => (
-                "sort",
-                lines::render(p, &tera, ENTRY, b, &pointers).to_vec(),
-            ),
+            BufferKind::Scan { .. } => ("scan", lines::render(p, &tera, ENTRY, b, &pointers)),
+            BufferKind::Sort { .. } => ("sort", lines::render(p, &tera, ENTRY, b, &pointers)),
             _ => continue,
         };
         let buffer = p.buffers[b.index()].name.clone();

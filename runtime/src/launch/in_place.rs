@@ -12,7 +12,7 @@ use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
 pub(super) fn in_place_scatters(
     p: &Program,
     s: &Schedule,
-    on_device: &[[Option<usize>; 4]],
+    on_device: &[super::PartEntries],
 ) -> Vec<bool> {
     let mut out = vec![false; p.buffers.len()];
     for (at, step) in s.steps.iter().enumerate() {

@@ -59,7 +59,7 @@ impl<D: Device> Session<'_, D> {
                 });
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
-                if self.device_lines(dev_, id, write)? =>
+                if self.device_lines(dev_, id, write, part(Part::Radix))? =>
             {
                 return Ok(());
             }
@@ -182,13 +182,15 @@ impl<D: Device> Session<'_, D> {
         self.launch(dev_, write, grid, THREADS, &bad)
     }
 
-    /// A scan or a sort on the device, a thread per line; `false` (nothing done) for a sort
-    /// whose lines are too long for it (more than `SORT_WORK` comparisons a line).
+    /// A scan or a sort on the device: a thread per line, or for a sort of more than
+    /// `SORT_WORK` comparisons a line, a block per line sorting by radix (`false`, nothing
+    /// done, when there is no radix function).
     fn device_lines(
         &mut self,
         dev_: &mut D,
         id: BufferId,
         write: usize,
+        radix: Option<usize>,
     ) -> Result<bool, LaunchError> {
         use guardless_codegen::cuda::lines::{SORT_WORK, THREADS};
         let p = &self.exe.program;
@@ -212,7 +214,13 @@ impl<D: Device> Session<'_, D> {
                 return Err(bad(format!("selected {keep} of {len} elements")));
             }
             if keep.saturating_mul(len) > SORT_WORK {
-                return Ok(false);
+                let Some(radix) = radix else {
+                    return Ok(false);
+                };
+                self.allocate(dev_, id)?;
+                let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
+                self.launch(dev_, radix, lines, THREADS, &bad)?;
+                return Ok(true);
             }
         }
         self.allocate(dev_, id)?;

@@ -2,17 +2,18 @@
 //! It places buffers as the memory plan says, binds symbols as steps produce them, picks each
 //! kernel's variant by its predicate at the actual sizes (and the base addresses of the buffers a
 //! vector variant needs aligned), evaluates grids and derived sizes, and hands the device
-//! launches, matmuls and copies; scatters (`index_put`), selects (`nonzero`, `masked_select`;
-//! the count read back), scans, short sorts and grouped matmuls run as generated functions.
-//! Library steps a device cannot run (`.item()`, matmuls whose layouts cuBLAS cannot take, long
-//! sorts) run on the host between device steps.
+//! launches, matmuls (an `addmm`'s bias in the matmul) and copies; scatters (`index_put`),
+//! selects (`nonzero`, `masked_select`), scans, sorts and grouped matmuls run as generated
+//! functions; `.item()` and selects' counts come back to the host lazily (`readback`). Library
+//! steps a device cannot run (integer matmuls, layouts cuBLAS cannot take) run on the host
+//! between device steps.
 //!
 //! `cuda` implements [`Device`] with the CUDA driver; the tests implement it with the CPU
 //! emulation of CUDA, so everything here is exercised without a GPU.
 
 mod gemm;
 
-use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param};
+use guardless_codegen::cuda::{generate, CudaModule, EntryOf, Param, Part};
 use guardless_codegen::schedule::{schedule, Schedule, Step};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
@@ -83,6 +84,9 @@ pub enum LaunchError {
     Capture(String),
 }
 
+/// A library step's entries on the device, by [`Part`] (in `Part::ALL` order).
+type PartEntries = [Option<usize>; Part::ALL.len()];
+
 /// How a kernel parameter gets its value.
 #[derive(Clone, Debug)]
 enum ArgSource {
@@ -104,8 +108,8 @@ pub struct Executable {
     /// `[kernel][variant]`: the entry to launch, `None` when the variant has no generated code.
     variant_entry: Vec<Vec<Option<usize>>>,
     /// By buffer and [`Part`] (in `Part::ALL` order): the entries of a library step done on the
-    /// device (a scatter or a select); a step without all of its parts runs on the host.
-    step_entries: Vec<[Option<usize>; 4]>,
+    /// device; a step without the parts it needs runs on the host.
+    step_entries: Vec<PartEntries>,
     /// By buffer: a device scatter that writes into its base's storage (see `in_place`).
     in_place: Vec<bool>,
     params: Vec<Vec<ArgSource>>,
@@ -134,7 +138,8 @@ impl Executable {
             .iter()
             .map(|k| vec![None; k.variants.len()])
             .collect();
-        let mut step_entries: Vec<[Option<usize>; 4]> = vec![[None; 4]; program.buffers.len()];
+        let mut step_entries: Vec<PartEntries> =
+            vec![[None; Part::ALL.len()]; program.buffers.len()];
         let mut params = Vec::with_capacity(module.entries.len());
         for (i, e) in module.entries.iter().enumerate() {
             // A library step's buffer, found once: it names the nodes in errors too.

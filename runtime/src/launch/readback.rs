@@ -48,7 +48,7 @@ pub(super) fn step_needs(
     p: &Program,
     s: &Schedule,
     variant_entry: &[Vec<Option<usize>>],
-    step_entries: &[[Option<usize>; 4]],
+    step_entries: &[super::PartEntries],
     params: &[Vec<ArgSource>],
 ) -> Vec<Vec<SymbolId>> {
     let mut alloc_exprs: Vec<Vec<Expr>> = vec![Vec::new(); p.buffers.len()];
