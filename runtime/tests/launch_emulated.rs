@@ -280,6 +280,89 @@ fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
 }
 
 #[test]
+fn an_elementwise_update_of_an_input_is_computed_in_its_storage() {
+    // `state += delta`: the kernel reads each element of the state where it writes it, so it
+    // writes the caller's state directly — no buffer of its own, no write-back copy.
+    let g = differential::test_graph("accumulate_written_back.json");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("accumulate_in_place", &exe);
+    let state: Vec<f64> = (0..20).map(|i| i as f64).collect();
+    let delta: Vec<f64> = (0..20).map(|i| 0.5 * i as f64 - 3.0).collect();
+    let ins = [
+        HostTensor::from_f64(DType::F32, &[5, 4], &state),
+        HostTensor::from_f64(DType::F32, &[5, 4], &delta),
+    ];
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let (keep, tensors): (Vec<_>, Vec<_>) =
+        ins.iter().map(|t| to_device(&mut dev, t, false)).unzip();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    for call in 1..=3 {
+        dev.copied_bytes = 0;
+        s.execute(&mut dev).unwrap();
+        assert_eq!(dev.copied_bytes, 0, "call {call}: copied");
+        let out = s.output_views(&mut dev).unwrap();
+        assert_eq!(
+            out[0].address, tensors[0].address,
+            "the output is the state"
+        );
+        let want: Vec<f64> = (0..20).map(|i| state[i] + call as f64 * delta[i]).collect();
+        let got = emulated::download(&mut dev, &tensors[0]);
+        assert_eq!(
+            got,
+            HostTensor::from_f64(DType::F32, &[5, 4], &want),
+            "call {call}"
+        );
+    }
+    drop((s, keep));
+    // Not in place: the input read again after the update (fused or not), or read at another
+    // element than the one written. Results as the reference's, the old values where read.
+    for (name, nodes, outputs) in [
+        (
+            "reread",
+            r#"{"name": "sum", "op": "aten.add.Tensor", "args": {"self": {"tensor": "state"}, "other": {"tensor": "delta"}}},
+               {"name": "old", "op": "aten.mul.Tensor", "args": {"self": {"tensor": "state"}, "other": 3}}"#,
+            r#"[{"tensor": "sum", "mutates": "state"}, {"tensor": "old"}]"#,
+        ),
+        (
+            "flipped",
+            r#"{"name": "f", "op": "aten.flip.default", "args": {"self": {"tensor": "state"}, "dims": [0]}},
+               {"name": "sum", "op": "aten.add.Tensor", "args": {"self": {"tensor": "f"}, "other": {"tensor": "delta"}}}"#,
+            r#"[{"tensor": "sum", "mutates": "state"}]"#,
+        ),
+    ] {
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "{name}",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 64}}],
+            "inputs": [{{"name": "state", "dtype": "f32", "shape": ["n", 4]}},
+                       {{"name": "delta", "dtype": "f32", "shape": ["n", 4]}}],
+            "nodes": [{nodes}],
+            "outputs": {outputs}}}"#
+        ))
+        .unwrap();
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new(name, &exe);
+        let want = reference::run(&g, &ins, &b).unwrap();
+        let mut after = ins.to_vec();
+        g.write_back(&mut after, &want).unwrap();
+        let (keep, tensors): (Vec<_>, Vec<_>) =
+            ins.iter().map(|t| to_device(&mut dev, t, false)).unzip();
+        let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+        s.execute(&mut dev).unwrap();
+        assert_eq!(dev.copied_bytes, 80, "{name}: the write-back copy");
+        for (got, w) in s.outputs(&mut dev).unwrap().iter().zip(&want) {
+            assert_close(name, got, w);
+        }
+        assert_eq!(
+            emulated::download(&mut dev, &tensors[0]),
+            after[0],
+            "{name}"
+        );
+        drop((s, keep));
+    }
+}
+
+#[test]
 fn a_recorded_call_replays_with_new_input_values() {
     // `state += delta`, written back into `state`: a step that changes its input each call.
     let g = differential::test_graph("accumulate_written_back.json");

@@ -1,44 +1,98 @@
-//! Re-inplacing a KV-cache write: a device scatter whose result is written back into the graph
-//! input it copies writes into that input's storage directly, so neither the copy of the base nor
-//! the write-back moves the whole cache — only the new elements are written.
+//! Re-inplacing outputs written back into graph inputs: the output is computed into the input's
+//! storage directly, so neither a buffer of its own nor the write-back copy is needed.
+//!
+//! - A KV-cache write: a device scatter whose base is the input moves only the new elements
+//!   (no copy of the base).
+//! - An elementwise update (`x.mul_(2)`, `x.copy_(y)` as a functionalized graph exports them):
+//!   a kernel's stored member whose kernel reads the input only at the element that member
+//!   writes, from the thread that writes it.
+//!
+//! In both cases the output has the input's layout, the input is not an output itself, and no
+//! later step reads the input (it would see the new values early).
 
 use guardless_codegen::schedule::{Schedule, Step};
 use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
 
-/// By buffer: whether a scatter step writes into its base's storage (the launcher then skips
-/// the copy of the base and the write-back). It does when the base is graph input `k`, the
-/// scatter's result is an output written back into input `k`, both have the same layout, and no
-/// step after the scatter reads the input (they would see the new values early).
-pub(super) fn in_place_scatters(
-    p: &Program,
+/// By buffer: the graph input whose storage it is computed in (the launcher then allocates
+/// nothing for it, and a scatter skips the copy of its base).
+pub(super) fn in_place_outputs(
+    p: &mut Program,
     s: &Schedule,
     on_device: &[super::PartEntries],
-) -> Vec<bool> {
-    let mut out = vec![false; p.buffers.len()];
-    for (at, step) in s.steps.iter().enumerate() {
-        let Step::Library(id) = *step else { continue };
-        let BufferKind::Scatter { base, .. } = p.buffers[id.index()].kind else {
+) -> Vec<Option<BufferId>> {
+    let mut out = vec![None; p.buffers.len()];
+    for w in p.writes_back.clone() {
+        let (id, Some(input)) = (p.outputs[w.output], p.input_buffer(w.input)) else {
             continue;
         };
-        let BufferKind::Input(k) = p.buffers[base.index()].kind else {
+        let Some(at) = s.steps.iter().position(|st| match *st {
+            Step::Library(b) => b == id,
+            Step::Kernel(k) => s.kernels[k].members.iter().any(|m| m.buffer == id),
+            _ => false,
+        }) else {
             continue;
         };
-        let written_back = p
-            .writes_back
-            .iter()
-            .any(|w| w.input == k && p.outputs[w.output] == id);
-        let (bl, sl) = (
-            &p.buffers[base.index()].layout,
+        let (il, ol) = (
+            &p.buffers[input.index()].layout,
             &p.buffers[id.index()].layout,
         );
-        let same_layout = bl.strides == sl.strides && bl.offset == sl.offset;
-        out[id.index()] = on_device[id.index()].iter().any(Option::is_some)
-            && written_back
-            && same_layout
-            && !p.outputs.contains(&base)
-            && !s.steps[at + 1..].iter().any(|st| reads(p, s, st, base));
+        if il != ol
+            || p.outputs.iter().any(|&o| p.storage_root(o) == input)
+            || s.steps[at + 1..].iter().any(|st| reads(p, s, st, input))
+        {
+            continue;
+        }
+        let ok = match (&s.steps[at], &p.buffers[id.index()].kind) {
+            (Step::Library(_), BufferKind::Scatter { base, .. }) => {
+                *base == input && on_device[id.index()].iter().any(Option::is_some)
+            }
+            (&Step::Kernel(k), BufferKind::Computed { .. }) => {
+                reads_only_its_element(p, s, k, id, input)
+            }
+            _ => false,
+        };
+        if ok {
+            out[id.index()] = Some(input);
+        }
     }
     out
+}
+
+/// Whether kernel `k` loads `input`'s storage only in member `id`'s body, at the element `id`
+/// stores (the same index expression: the layouts are equal), so each thread reads an element
+/// before it overwrites it and no thread reads one another overwrites.
+fn reads_only_its_element(
+    p: &mut Program,
+    s: &Schedule,
+    k: usize,
+    id: BufferId,
+    input: BufferId,
+) -> bool {
+    let mut loads = Vec::new();
+    for m in &s.kernels[k].members {
+        let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind else {
+            return false;
+        };
+        for (op, _) in &body.ops {
+            if let Op::Load { buffer, index, .. } = op {
+                if p.storage_root(*buffer) == input {
+                    if m.buffer != id {
+                        return false;
+                    }
+                    loads.push(*index);
+                }
+            }
+        }
+    }
+    let BufferKind::Computed { loops, .. } = &p.buffers[id.index()].kind else {
+        return false;
+    };
+    if loops.reduction.is_some() {
+        return false;
+    }
+    let (vars, layout) = (loops.vars.clone(), p.buffers[id.index()].layout.clone());
+    let stored = layout.index(&mut p.env, &vars);
+    loads.iter().all(|&i| i == stored)
 }
 
 /// Whether `step` reads the storage of `input`.

@@ -117,8 +117,8 @@ impl<D: Device> Session<'_, D> {
         let bad = |message: String| fail(buf, message);
         // In place: the base's storage is the result's; the copy below is then skipped.
         let out = match self.exe.in_place[id.index()] {
-            true => self.address(id, dev_),
-            false => self.allocate(dev_, id)?,
+            Some(_) => self.address(id, dev_),
+            None => self.allocate(dev_, id)?,
         };
         let numel = self.extent(id)?;
         let size = buf.dtype.size();

@@ -110,8 +110,8 @@ pub struct Executable {
     /// By buffer and [`Part`] (in `Part::ALL` order): the entries of a library step done on the
     /// device; a step without the parts it needs runs on the host.
     step_entries: Vec<PartEntries>,
-    /// By buffer: a device scatter that writes into its base's storage (see `in_place`).
-    in_place: Vec<bool>,
+    /// By buffer: the graph input whose storage it is computed in (see `in_place`).
+    in_place: Vec<Option<BufferId>>,
     params: Vec<Vec<ArgSource>>,
     /// By schedule step: the symbols it evaluates (see `readback`).
     needs: Vec<Vec<SymbolId>>,
@@ -206,7 +206,7 @@ impl Executable {
             }
             params.push(ps);
         }
-        let in_place = in_place::in_place_scatters(&program, &schedule, &step_entries);
+        let in_place = in_place::in_place_outputs(&mut program, &schedule, &step_entries);
         let needs =
             readback::step_needs(&program, &schedule, &variant_entry, &step_entries, &params);
         let (readback_slot, readback_slots) = readback::slots(&program);
@@ -344,13 +344,11 @@ impl<'e, D: Device> Session<'e, D> {
                 slot_of[root].unwrap_or(slots + root)
             })
             .collect();
-        // A scatter done in place (and every view of it) lives in its base's storage.
+        // An output computed in place (and every view of it) lives in its input's storage.
         for i in 0..n {
             let root = p.storage_root(BufferId(i as u32));
-            if let (true, BufferKind::Scatter { base, .. }) =
-                (exe.in_place[root.index()], &p.buffers[root.index()].kind)
-            {
-                home[i] = home[base.index()];
+            if let Some(input) = exe.in_place[root.index()] {
+                home[i] = home[input.index()];
             }
         }
         let error = dev(dev_.alloc(4, false))?;
@@ -618,7 +616,8 @@ impl<'e, D: Device> Session<'e, D> {
             message,
         };
         for m in &k.members {
-            if m.stored.is_some() {
+            // A member computed in an input's storage (see `in_place`) has it already.
+            if m.stored.is_some() && exe.in_place[m.buffer.index()].is_none() {
                 self.allocate(dev_, m.buffer)?;
             }
         }
