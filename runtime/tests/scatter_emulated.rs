@@ -295,6 +295,47 @@ fn a_cache_write_written_back_is_done_in_place() {
 }
 
 #[test]
+fn a_scatter_whose_values_read_its_own_base_is_not_done_in_place() {
+    // Rows reversed: `x[idx] = x[idx2]`. Done in place, a thread could read a row another one
+    // has already overwritten (on the emulator, the second block reads the first's targets);
+    // the base is copied instead, and the result is exact.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "reverse_rows",
+        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 128}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": [128, 4]},
+                   {"name": "idx", "dtype": "i64", "shape": ["t"]},
+                   {"name": "idx2", "dtype": "i64", "shape": ["t"]}],
+        "nodes": [{"name": "v", "op": "aten.index.Tensor", "args": {"self": {"tensor": "x"}, "indices": [{"tensor": "idx2"}]}},
+                  {"name": "w", "op": "aten.index_put.default",
+                   "args": {"self": {"tensor": "x"}, "indices": [{"tensor": "idx"}], "values": {"tensor": "v"}}}],
+        "outputs": [{"tensor": "w", "mutates": "x"}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("reverse_rows", &exe);
+    let x: Vec<f64> = (0..512).map(|i| i as f64).collect();
+    let ids: Vec<i64> = (0..128).collect();
+    let reversed: Vec<i64> = (0..128).rev().collect();
+    let ins = [
+        HostTensor::from_f64(DType::F32, &[128, 4], &x),
+        HostTensor::from_i64(DType::I64, &[128], &ids),
+        HostTensor::from_i64(DType::I64, &[128], &reversed),
+    ];
+    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let want = reference::run(&g, &ins, &b).unwrap();
+    let (keep, tensors): (Vec<_>, Vec<_>) = ins
+        .iter()
+        .map(|t| emulated::to_device(&mut dev, t, false))
+        .unzip();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    s.execute(&mut dev).unwrap();
+    assert_eq!(s.outputs(&mut dev).unwrap()[0], want[0]);
+    assert_eq!(emulated::download(&mut dev, &tensors[0]), want[0]);
+    drop((s, keep));
+}
+
+#[test]
 fn a_view_of_a_cache_written_in_place_reads_the_cache() {
     // scores = new · written^T: the matmul reads the updated cache through a transposed view.
     let g = Graph::from_json(

@@ -36,15 +36,23 @@ pub(super) fn in_place_outputs(
             &p.buffers[input.index()].layout,
             &p.buffers[id.index()].layout,
         );
+        // One output per input: two written into it would overwrite each other.
+        let writers = p.writes_back.iter().filter(|x| x.input == w.input).count();
         if il != ol
+            || writers > 1
             || p.outputs.iter().any(|&o| p.storage_root(o) == input)
             || s.steps[at + 1..].iter().any(|st| reads(p, s, st, input))
         {
             continue;
         }
         let ok = match (&s.steps[at], &p.buffers[id.index()].kind) {
-            (Step::Library(_), BufferKind::Scatter { base, .. }) => {
-                *base == input && on_device[id.index()].iter().any(Option::is_some)
+            // Its values must not read the input being overwritten (another thread's target).
+            (Step::Library(_), BufferKind::Scatter { base, body, .. }) => {
+                *base == input
+                    && on_device[id.index()].iter().any(Option::is_some)
+                    && !body.ops.iter().any(|(op, _)| {
+                        matches!(op, Op::Load { buffer, .. } if p.storage_root(*buffer) == input)
+                    })
             }
             (&Step::Kernel(k), BufferKind::Computed { .. }) => {
                 reads_only_its_element(p, s, k, id, input)
