@@ -279,20 +279,41 @@ fn an_output_that_mutates_an_input_is_written_back_on_the_device() {
     }
 }
 
-#[test]
-fn an_elementwise_update_of_an_input_is_computed_in_its_storage() {
-    // `state += delta`: the kernel reads each element of the state where it writes it, so it
-    // writes the caller's state directly — no buffer of its own, no write-back copy.
+/// `state += delta` written back into `state` (`tests/graphs/accumulate_written_back.json`,
+/// [5, 4] f32) on an emulated device named `name`: the graph, the executable, the device, the
+/// state `0, 1, …`, `delta(i)`, and the inputs with their bindings.
+#[allow(clippy::type_complexity)]
+fn accumulate(
+    name: &str,
+    delta: impl Fn(f64) -> f64,
+) -> (
+    Graph,
+    Executable,
+    Emu,
+    Vec<f64>,
+    Vec<f64>,
+    [HostTensor; 2],
+    Bindings,
+) {
     let g = differential::test_graph("accumulate_written_back.json");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
-    let mut dev = Emu::new("accumulate_in_place", &exe);
+    let dev = Emu::new(name, &exe);
     let state: Vec<f64> = (0..20).map(|i| i as f64).collect();
-    let delta: Vec<f64> = (0..20).map(|i| 0.5 * i as f64 - 3.0).collect();
+    let delta: Vec<f64> = (0..20).map(|i| delta(i as f64)).collect();
     let ins = [
         HostTensor::from_f64(DType::F32, &[5, 4], &state),
         HostTensor::from_f64(DType::F32, &[5, 4], &delta),
     ];
     let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    (g, exe, dev, state, delta, ins, b)
+}
+
+#[test]
+fn an_elementwise_update_of_an_input_is_computed_in_its_storage() {
+    // `state += delta`: the kernel reads each element of the state where it writes it, so it
+    // writes the caller's state directly — no buffer of its own, no write-back copy.
+    let (_, exe, mut dev, state, delta, ins, b) =
+        accumulate("accumulate_in_place", |i| 0.5 * i - 3.0);
     let (keep, tensors): (Vec<_>, Vec<_>) =
         ins.iter().map(|t| to_device(&mut dev, t, false)).unzip();
     let options = SessionOptions { poison: true };
@@ -365,16 +386,8 @@ fn an_elementwise_update_of_an_input_is_computed_in_its_storage() {
 #[test]
 fn a_recorded_call_replays_with_new_input_values() {
     // `state += delta`, written back into `state`: a step that changes its input each call.
-    let g = differential::test_graph("accumulate_written_back.json");
-    let exe = Executable::new(lower(&g).unwrap()).unwrap();
-    let mut dev = Emu::new("accumulate_replay", &exe);
-    let state: Vec<f64> = (0..20).map(|i| i as f64).collect();
-    let delta: Vec<f64> = (0..20).map(|i| 0.25 * i as f64 - 1.0).collect();
-    let ins = [
-        HostTensor::from_f64(DType::F32, &[5, 4], &state),
-        HostTensor::from_f64(DType::F32, &[5, 4], &delta),
-    ];
-    let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+    let (_, exe, mut dev, state, delta, ins, b) =
+        accumulate("accumulate_replay", |i| 0.25 * i - 1.0);
     // Device inputs read in place: the state is written back where it lies.
     let (keep, tensors): (Vec<_>, Vec<_>) =
         ins.iter().map(|t| to_device(&mut dev, t, false)).unzip();

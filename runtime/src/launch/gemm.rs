@@ -226,6 +226,29 @@ mod tests {
         assert_eq!((p.a.transposed, p.b.transposed), (false, true));
     }
 
+    fn op_at(address: u64, rows: i64, cols: i64, rs: i64, cs: i64) -> Operand {
+        Operand {
+            address,
+            ..op(rows, cols, rs, cs)
+        }
+    }
+
+    /// `g`'s product (plus its bias) in row-major order, from `mem` (addresses are element
+    /// indices).
+    fn product(mem: &[f64], g: &Gemm) -> Vec<f64> {
+        let at = |o: &Operand, i: i64, j: i64| {
+            mem[(o.address as i64 + i * o.row_stride + j * o.col_stride) as usize]
+        };
+        let (m, k, n) = (g.a.rows, g.a.cols, g.b.cols);
+        (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                let bias = g.bias.map_or(0.0, |b| mem[b as usize + j as usize]);
+                bias + (0..k).map(|l| at(&g.a, i, l) * at(&g.b, l, j)).sum::<f64>()
+            })
+            .collect()
+    }
+
     /// What cuBLAS computes for a plan, on `mem` (addresses are element indices).
     fn run_blas(p: &BlasGemm, mem: &mut [f64]) {
         run_blas_beta(p, mem, 0.0)
@@ -272,20 +295,10 @@ mod tests {
             for (ars, acs) in layouts(m, k) {
                 for (brs, bcs) in layouts(k, n) {
                     for (crs, ccs) in layouts(m, n).into_iter().take(4) {
-                        let (a, b, c) = (0, 1000, 2000);
                         let g = gemm(
-                            Operand {
-                                address: a,
-                                ..op(m, k, ars, acs)
-                            },
-                            Operand {
-                                address: b,
-                                ..op(k, n, brs, bcs)
-                            },
-                            Operand {
-                                address: c,
-                                ..op(m, n, crs, ccs)
-                            },
+                            op_at(0, m, k, ars, acs),
+                            op_at(1000, k, n, brs, bcs),
+                            op_at(2000, m, n, crs, ccs),
                         );
                         let Some(p) = g.plan() else {
                             assert!(
@@ -296,21 +309,11 @@ mod tests {
                             continue;
                         };
                         let mut mem: Vec<f64> = (0..3000).map(|i| (i % 7) as f64 - 3.0).collect();
-                        let want: Vec<f64> = (0..m * n)
-                            .map(|e| {
-                                let (i, j) = (e / n, e % n);
-                                (0..k)
-                                    .map(|l| {
-                                        mem[(a as i64 + i * ars + l * acs) as usize]
-                                            * mem[(b as i64 + l * brs + j * bcs) as usize]
-                                    })
-                                    .sum()
-                            })
-                            .collect();
+                        let want = product(&mem, &g);
                         run_blas(&p, &mut mem);
                         for e in 0..m * n {
                             let (i, j) = (e / n, e % n);
-                            let got = mem[(c as i64 + i * crs + j * ccs) as usize];
+                            let got = mem[(2000 + i * crs + j * ccs) as usize];
                             assert_eq!(got, want[e as usize], "{m}x{k}x{n} {g:?} via {p:?}");
                         }
                         checked += 1;
@@ -327,40 +330,19 @@ mod tests {
         for (m, k, n) in [(3, 4, 5), (1, 4, 5), (7, 2, 1), (6, 3, 9), (0, 3, 4)] {
             for (ars, acs) in [(k, 1), (1, m.max(1))] {
                 for (brs, bcs) in [(n, 1), (1, k)] {
-                    let (a, b, c, bias) = (0u64, 1000u64, 2000u64, 3000u64);
                     let g = Gemm {
-                        bias: Some(bias),
+                        bias: Some(3000),
                         ..gemm(
-                            Operand {
-                                address: a,
-                                ..op(m, k, ars, acs)
-                            },
-                            Operand {
-                                address: b,
-                                ..op(k, n, brs, bcs)
-                            },
-                            Operand {
-                                address: c,
-                                ..op(m, n, n, 1)
-                            },
+                            op_at(0, m, k, ars, acs),
+                            op_at(1000, k, n, brs, bcs),
+                            op_at(2000, m, n, n, 1),
                         )
                     };
                     let p = g.plan().expect("a plan");
                     // Transposed: cuBLAS's rows are the output's columns, as the bias runs.
                     assert_eq!((p.m, p.n), (n as i32, m as i32), "{g:?}");
                     let mut mem: Vec<f64> = (0..3100).map(|i| (i % 7) as f64 - 3.0).collect();
-                    let want: Vec<f64> = (0..m * n)
-                        .map(|e| {
-                            let (i, j) = (e / n, e % n);
-                            mem[(bias as i64 + j) as usize]
-                                + (0..k)
-                                    .map(|l| {
-                                        mem[(a as i64 + i * ars + l * acs) as usize]
-                                            * mem[(b as i64 + l * brs + j * bcs) as usize]
-                                    })
-                                    .sum::<f64>()
-                        })
-                        .collect();
+                    let want = product(&mem, &g);
                     let copies = g.bias_fill(1).expect("a dense C");
                     assert!(copies.len() as f64 <= 1.0 + (m.max(1) as f64).log2().ceil());
                     for (dst, src, len) in copies {
@@ -368,12 +350,12 @@ mod tests {
                         mem[dst as usize..][..len].copy_from_slice(&from);
                     }
                     run_blas_beta(&p, &mut mem, 1.0);
-                    let got: Vec<f64> = (0..m * n).map(|e| mem[(c as i64 + e) as usize]).collect();
+                    let got: Vec<f64> = (0..m * n).map(|e| mem[(2000 + e) as usize]).collect();
                     assert_eq!(got, want, "{m}x{k}x{n} {g:?}");
                 }
             }
         }
-        // A padded C cannot be filled by whole-column copies.
+        // A padded C cannot be filled by whole-row copies.
         let padded = Gemm {
             bias: Some(0),
             ..gemm(op(3, 4, 4, 1), op(4, 5, 5, 1), op(3, 5, 8, 1))
