@@ -319,15 +319,22 @@ fn grouped_mm_functions_compile_for_sm90() {
                        {{"name": "offs", "dtype": "i32", "shape": [2]}}],
             "nodes": [{{"name": "k", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a"}}, "mat2": {{"tensor": "b"}}, "offs": {{"tensor": "offs"}}}}}},
                       {{"name": "n", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "b2"}}, "offs": {{"tensor": "offs"}}}}}},
-                      {{"name": "r", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "w"}}, "offs": {{"tensor": "offs"}}}}}}],
-            "outputs": [{{"tensor": "k"}}, {{"tensor": "n"}}, {{"tensor": "r"}}]}}"#
+                      {{"name": "r", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "w"}}, "offs": {{"tensor": "offs"}}}}}},
+                      {{"name": "bt", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "w"}}}}}}],
+            "outputs": [{{"tensor": "k"}}, {{"tensor": "n"}}, {{"tensor": "r"}}, {{"tensor": "bt"}}]}}"#
         ));
         let count = m
             .entries
             .iter()
             .filter(|e| e.name.starts_with("grouped_mm_"))
             .count();
-        assert_eq!(count, 3, "{dtype}");
+        assert_eq!(count, 4, "{dtype}");
+        let tiled = m.entries.iter().filter(|e| e.name.ends_with("_tiled"));
+        assert_eq!(
+            tiled.count(),
+            2,
+            "{dtype}: row groups and batches are tiled"
+        );
         compiles_without_spills(dtype, &m, &options);
     }
 }

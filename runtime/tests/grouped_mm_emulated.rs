@@ -1,7 +1,8 @@
 //! `_grouped_mm` on the device (`codegen::cuda::grouped_mm`), run on the CPU emulation of CUDA
 //! and compared with the reference: the MoE path (sort by expert, histc counts, cumsum offsets,
 //! one grouped matmul — every step on the device), the batched form, inner-dimension and
-//! column groups, and offsets that decrease or pass the size (clean errors).
+//! column groups, and offsets that decrease or pass the size (clean errors); the tiled kernel
+//! (row groups, batches) across tile, step and group boundaries in every float dtype.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -11,7 +12,7 @@ mod emulated;
 
 use differential::{one_op, random_inputs};
 use emulated::{run, Emu};
-use guardless_ir::graph::Graph;
+use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_ir::sym::Bindings;
@@ -80,5 +81,41 @@ fn grouped_forms_match_the_reference_and_bad_offsets_are_errors() {
                 .to_string();
             assert!(e.contains("offsets must be non-decreasing"), "{what}: {e}");
         }
+    }
+}
+
+#[test]
+fn tiles_cover_groups_of_any_size_in_every_float_dtype() {
+    // K = 40 (three steps of 16, the last partial), N = 70 (two column tiles, the last
+    // partial); row groups of 0, 100 (two row tiles), 0 and 50 rows, then 20 rows past the last
+    // offset (zeros); and a batch of 3 × 70 rows.
+    for dtype in ["f32", "bf16", "f16", "f64"] {
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "tiles_{dtype}",
+            "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["u0", 40]}},
+                       {{"name": "w", "dtype": "{dtype}", "shape": [4, 40, 70]}},
+                       {{"name": "offs", "dtype": "i32", "shape": [4]}},
+                       {{"name": "a3", "dtype": "{dtype}", "shape": [3, 70, 40]}},
+                       {{"name": "b3", "dtype": "{dtype}", "shape": [3, 40, 70]}}],
+            "nodes": [{{"name": "rows", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "w"}}, "offs": {{"tensor": "offs"}}}}}},
+                      {{"name": "batched", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "b3"}}}}}}],
+            "outputs": [{{"tensor": "rows"}}, {{"tensor": "batched"}}]}}"#
+        ))
+        .unwrap();
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new(&format!("tiles_{dtype}"), &exe);
+        let mut b = Bindings::new();
+        b.set(g.env.symbol_id("u0").unwrap(), 170);
+        let mut inputs = random_inputs(&g, &b, 11, (0, 3));
+        inputs[2] = HostTensor::from_i64(DType::I32, &[4], &[0, 100, 100, 150]);
+        let host = compare(&format!("tiles {dtype}"), &mut dev, &exe, &g, &inputs);
+        assert_eq!(host, 0, "{dtype}");
+        let tiled = dev
+            .launched
+            .iter()
+            .filter(|f| f.ends_with("_tiled"))
+            .count();
+        assert_eq!(tiled, 2, "{dtype}: {:?}", dev.launched);
     }
 }

@@ -4,8 +4,10 @@
 //! offsets, scanned per thread (there are few groups); the first thread checks them and raises
 //! ATen's error when they decrease or pass the grouped dimension, and every bound is clamped so
 //! that bad offsets never read out of bounds. cuBLAS has no grouped form with data-dependent
-//! group sizes, so this replaces the host round trip of the operands (all experts' weights)
-//! with a plain kernel; a tiled one would be faster.
+//! group sizes. The MoE forms (row groups, batches) are tiled instead (`templates/grouped_mm.cu`):
+//! a block per `TILE_M × TILE_N` output tile of one group's rows, found by walking the groups'
+//! tile counts, with the inner dimension in steps of `TILE_K` through shared memory; each
+//! thread keeps the additions of the thread-per-element form, in the same order.
 
 use std::fmt::Write;
 
@@ -17,8 +19,14 @@ use tera::Tera;
 use super::library::{c_of, context, decompose, locals, parameters, per_element};
 use super::{hoist, Param, Part};
 
-/// Threads per block; a thread per output element.
+/// Threads per block: a thread per output element, or per `PER × PER` outputs of a tile.
 pub const THREADS: i64 = 256;
+/// A tile of the tiled kernel: rows × columns of the output, and the step along the inner
+/// dimension; each of the 16 × 16 threads computes `PER × PER` outputs.
+pub const TILE_M: i64 = 64;
+pub const TILE_N: i64 = 64;
+pub const TILE_K: i64 = 16;
+const PER: i64 = 4;
 
 /// The one function of grouped matmul `id`.
 pub(super) fn render(
@@ -117,35 +125,118 @@ pub(super) fn render(
         &pointers[id.index()],
     );
     let (kv, gv) = (p.env.text(k), p.env.text(g));
+    if grouped == "none" || grouped == "row" {
+        let mut exprs = vec![index_a, index_m, inner, store_at];
+        exprs.extend(out_sizes.iter().copied());
+        exprs.extend(limit);
+        exprs.extend(offs.map(|b| p.buffers[b.index()].layout.sizes[0]));
+        let sizes_c: Vec<String> = out_sizes
+            .iter()
+            .map(|&e| c_of(p, &mut h, e, &printer))
+            .collect();
+        let mut buffers = vec![(id, true), (a, false), (m, false)];
+        buffers.extend(offs.map(|b| (b, false)));
+        let (params_c, params, decls) = parameters(p, &h, &buffers, &[&exprs[..]], &vars, pointers);
+        let mut segment = String::new();
+        let group_decl;
+        if let (Some(offs), Some(limit), Some(groups)) = (offs, &limit_c, &groups_c) {
+            let po = &pointers[offs.index()];
+            let code = offsets_error(&buf, errors);
+            let _ = writeln!(segment, "  const long long gl_groups = {groups};");
+            let _ = writeln!(segment, "  const long long gl_limit = {limit};");
+            let _ = write!(
+                segment,
+                "{}",
+                check_offsets(po, code, "blockIdx.x == 0 && threadIdx.x == 0")
+            );
+            // Each group's rows in tiles, then the rows past the last offset (zeros).
+            let _ = writeln!(segment, "  {{");
+            let _ = writeln!(segment, "    long long gl_start = 0;");
+            let _ = writeln!(
+                segment,
+                "    for (long long gl_i = 0; gl_i <= gl_groups; ++gl_i) {{"
+            );
+            let _ = writeln!(
+                segment,
+                "      long long gl_end = gl_i < gl_groups ? (long long){po}[gl_i] : gl_limit;"
+            );
+            let _ = writeln!(segment, "      gl_end = gl_end < gl_start ? gl_start : (gl_end > gl_limit ? gl_limit : gl_end);");
+            let _ = writeln!(
+                segment,
+                "      const long long gl_n = (gl_end - gl_start + {TILE_M} - 1) / {TILE_M};"
+            );
+            let _ = writeln!(segment, "      if (gl_tile < gl_n) {{");
+            let _ = writeln!(segment, "        gl_grp = gl_i < gl_groups ? gl_i : -1;");
+            let _ = writeln!(segment, "        gl_r0 = gl_start + gl_tile * {TILE_M};");
+            let _ = writeln!(
+                segment,
+                "        gl_r1 = gl_r0 + {TILE_M} < gl_end ? gl_r0 + {TILE_M} : gl_end;"
+            );
+            let _ = writeln!(segment, "        break;");
+            let _ = writeln!(segment, "      }}");
+            let _ = writeln!(segment, "      gl_tile -= gl_n;");
+            let _ = writeln!(segment, "      gl_start = gl_end;");
+            let _ = writeln!(segment, "    }}");
+            let _ = writeln!(segment, "  }}");
+            group_decl = format!("  const long long {gv} = gl_grp;");
+        } else {
+            let (batches, rows) = (&sizes_c[0], &sizes_c[1]);
+            let _ = writeln!(segment, "  {{");
+            let _ = writeln!(
+                segment,
+                "    const long long gl_per = ({rows} + {TILE_M} - 1) / {TILE_M};"
+            );
+            let _ = writeln!(
+                segment,
+                "    if (gl_per > 0 && gl_tile < ({batches}) * gl_per) {{"
+            );
+            let _ = writeln!(segment, "      gl_grp = gl_tile / gl_per;");
+            let _ = writeln!(segment, "      gl_r0 = (gl_tile % gl_per) * {TILE_M};");
+            let _ = writeln!(
+                segment,
+                "      gl_r1 = gl_r0 + {TILE_M} < ({rows}) ? gl_r0 + {TILE_M} : ({rows});"
+            );
+            let _ = writeln!(segment, "    }}");
+            let _ = writeln!(segment, "  }}");
+            group_decl = format!("  const long long {} = gl_grp;", p.env.text(o[0]));
+        }
+        let (row, col) = match grouped {
+            "row" => (o[0], o[1]),
+            _ => (o[1], o[2]),
+        };
+        let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
+        ctx.insert("grouped", grouped);
+        ctx.insert("segment", &segment);
+        ctx.insert("group_decl", &group_decl);
+        ctx.insert("cols", sizes_c.last().expect("an output of rank 2 or 3"));
+        ctx.insert("inner", &inner_c);
+        for (key, v) in [("tm", TILE_M), ("tn", TILE_N), ("tk", TILE_K), ("per", PER)] {
+            ctx.insert(key, &v);
+        }
+        ctx.insert("tn_threads", &(TILE_N / PER));
+        ctx.insert("acc", acc);
+        ctx.insert("row", &p.env.text(row));
+        ctx.insert("col", &p.env.text(col));
+        ctx.insert("k", &kv);
+        ctx.insert("a", pa);
+        ctx.insert("b", pm);
+        ctx.insert("out", out);
+        ctx.insert("a_index", &a_c);
+        ctx.insert("b_index", &m_c);
+        ctx.insert("store_index", &store_c);
+        let text = tera
+            .render("grouped_mm.cu", &ctx)
+            .map(|t| t + "\n")
+            .expect("grouped_mm template");
+        return Some([(Part::Tiled, text, params)]);
+    }
     let mut body = String::new();
     if let (Some(offs), Some(limit), Some(groups)) = (offs, &limit_c, &groups_c) {
         let po = &pointers[offs.index()];
-        errors.push(format!(
-            "{} ({}): {}",
-            buf.name,
-            buf.origins.join(", "),
-            Check::GroupOffsets.message()
-        ));
-        let code = errors.len();
+        let code = offsets_error(&buf, errors);
         let _ = writeln!(body, "  const long long gl_groups = {groups};");
         let _ = writeln!(body, "  const long long gl_limit = {limit};");
-        let _ = writeln!(body, "  if (gl_lin == 0) {{");
-        let _ = writeln!(body, "    long long gl_start = 0;");
-        let _ = writeln!(
-            body,
-            "    for (long long gl_i = 0; gl_i < gl_groups; ++gl_i) {{"
-        );
-        let _ = writeln!(
-            body,
-            "      const long long gl_end = (long long){po}[gl_i];"
-        );
-        let _ = writeln!(
-            body,
-            "      if (gl_end < gl_start || gl_end > gl_limit) gl_fail(gl_error, {code});"
-        );
-        let _ = writeln!(body, "      gl_start = gl_end;");
-        let _ = writeln!(body, "    }}");
-        let _ = writeln!(body, "  }}");
+        let _ = write!(body, "{}", check_offsets(po, code, "gl_lin == 0"));
         // The group (or the inner slice) of this element; bounds clamped to [0, limit].
         let _ = writeln!(body, "  long long {gv} = -1, gl_lo = 0, gl_hi = 0;");
         let at = match grouped {
@@ -204,4 +295,31 @@ pub(super) fn render(
     let what = format!("grouped matmul ({grouped} groups): a thread per output element");
     let text = per_element(tera, ctx, &what, &count, &split, &body);
     Some([(Part::Write, text, params)])
+}
+
+/// Registers ATen's error for bad offsets of `buf`; its code.
+fn offsets_error(buf: &guardless_ir::loop_ir::Buffer, errors: &mut Vec<String>) -> usize {
+    errors.push(format!(
+        "{} ({}): {}",
+        buf.name,
+        buf.origins.join(", "),
+        Check::GroupOffsets.message()
+    ));
+    errors.len()
+}
+
+/// The check, by the one thread where `first` holds, that the offsets at `po` never decrease
+/// and stay within `gl_limit` (error `code` otherwise).
+fn check_offsets(po: &str, code: usize, first: &str) -> String {
+    format!(
+        "  if ({first}) {{
+    long long gl_start = 0;
+    for (long long gl_i = 0; gl_i < gl_groups; ++gl_i) {{
+      const long long gl_end = (long long){po}[gl_i];
+      if (gl_end < gl_start || gl_end > gl_limit) gl_fail(gl_error, {code});
+      gl_start = gl_end;
+    }}
+  }}
+"
+    )
 }

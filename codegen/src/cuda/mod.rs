@@ -33,6 +33,7 @@ const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
 const PER_ELEMENT: &str = include_str!("../../../templates/per_element.cu");
 const SELECT: &str = include_str!("../../../templates/select.cu");
 const LINES: &str = include_str!("../../../templates/lines.cu");
+const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -89,6 +90,8 @@ pub enum Part {
     Write,
     /// Sort: a block per line, a stable radix sort through the workspace.
     Radix,
+    /// Grouped matmul: a block per output tile of one group's rows.
+    Tiled,
 }
 
 const _: () = assert!(
@@ -97,15 +100,17 @@ const _: () = assert!(
         && Part::Scan as usize == 2
         && Part::Write as usize == 3
         && Part::Radix as usize == 4
+        && Part::Tiled as usize == 5
 );
 
 impl Part {
-    pub const ALL: [Part; 5] = [
+    pub const ALL: [Part; 6] = [
         Part::Copy,
         Part::Count,
         Part::Scan,
         Part::Write,
         Part::Radix,
+        Part::Tiled,
     ];
 
     /// The part's position in [`Part::ALL`] (its declaration order; checked below).
@@ -120,6 +125,7 @@ impl Part {
             Part::Scan => "scan",
             Part::Write => "write",
             Part::Radix => "radix",
+            Part::Tiled => "tiled",
         }
     }
 }
@@ -172,6 +178,7 @@ fn engine() -> Tera {
         ("reduction.cu", REDUCTION),
         ("per_element.cu", PER_ELEMENT),
         ("select.cu", SELECT),
+        ("grouped_mm.cu", GROUPED_MM),
         ("lines.cu", LINES),
     ] {
         t.add_raw_template(name, text)

@@ -44,19 +44,29 @@ impl<D: Device> Session<'_, D> {
             (
                 BufferKind::Extern {
                     kernel: ExternKernel::GroupedMm,
-                    ..
+                    inputs,
                 },
-                _,
-                _,
-                _,
-                Some(write),
-            ) => {
-                use guardless_codegen::cuda::grouped_mm::THREADS;
+                ..,
+            ) if part(Part::Tiled).or(part(Part::Write)).is_some() => {
+                use guardless_codegen::cuda::grouped_mm::{THREADS, TILE_M, TILE_N};
                 self.allocate(dev_, id)?;
-                let numel: i64 = self.sizes(buf)?.iter().product();
-                return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &|m| {
-                    fail(buf, m)
-                });
+                let sizes = self.sizes(buf)?;
+                let bad = |m| fail(buf, m);
+                let Some(tiled) = part(Part::Tiled) else {
+                    let numel: i64 = sizes.iter().product();
+                    let write = part(Part::Write).expect("checked");
+                    return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &bad);
+                };
+                // Row tiles: each group's (rows past the last offset too), or each batch's.
+                let cols = blocks(sizes[sizes.len() - 1], TILE_N);
+                let row_tiles = match inputs.get(2) {
+                    Some(&offs) => {
+                        let groups: i64 = self.sizes(&p.buffers[offs.index()])?.iter().product();
+                        blocks(sizes[0], TILE_M) + groups + 1
+                    }
+                    None => sizes[0].max(0).saturating_mul(blocks(sizes[1], TILE_M)),
+                };
+                return self.launch(dev_, tiled, row_tiles.saturating_mul(cols), THREADS, &bad);
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write, part(Part::Radix))? =>
