@@ -9,8 +9,39 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_c0 = ((long long)blockIdx.x % gl_col_tiles) * {{ tn }};
   // The group and the rows [gl_r0, gl_r1) of this block's row tile (tiles never span groups).
   long long gl_tile = (long long)blockIdx.x / gl_col_tiles, gl_grp = -1, gl_r0 = 0, gl_r1 = 0;
-{{ segment }}
-{{ group_decl }}
+{%- if grouped == "row" %}
+  const long long gl_groups = {{ groups }};
+  const long long gl_limit = {{ limit }};
+{{ check }}
+  // Each group's rows in tiles, then the rows past the last offset (a zero group).
+  {
+    long long gl_start = 0;
+    for (long long gl_i = 0; gl_i <= gl_groups; ++gl_i) {
+      long long gl_end = gl_i < gl_groups ? (long long){{ offs }}[gl_i] : gl_limit;
+      gl_end = gl_end < gl_start ? gl_start : (gl_end > gl_limit ? gl_limit : gl_end);
+      const long long gl_n = (gl_end - gl_start + {{ tm }} - 1) / {{ tm }};
+      if (gl_tile < gl_n) {
+        gl_grp = gl_i < gl_groups ? gl_i : -1;
+        gl_r0 = gl_start + gl_tile * {{ tm }};
+        gl_r1 = gl_r0 + {{ tm }} < gl_end ? gl_r0 + {{ tm }} : gl_end;
+        break;
+      }
+      gl_tile -= gl_n;
+      gl_start = gl_end;
+    }
+  }
+{%- else %}
+  // Each batch's rows in tiles.
+  {
+    const long long gl_per = ({{ rows }} + {{ tm }} - 1) / {{ tm }};
+    if (gl_per > 0 && gl_tile < ({{ batches }}) * gl_per) {
+      gl_grp = gl_tile / gl_per;
+      gl_r0 = (gl_tile % gl_per) * {{ tm }};
+      gl_r1 = gl_r0 + {{ tm }} < ({{ rows }}) ? gl_r0 + {{ tm }} : ({{ rows }});
+    }
+  }
+{%- endif %}
+  const long long {{ group_var }} = gl_grp;
   if (gl_r1 <= gl_r0) return;
   __shared__ {{ acc }} gl_as[{{ tk }}][{{ tm }}];
   __shared__ {{ acc }} gl_bs[{{ tk }}][{{ tn }}];

@@ -137,77 +137,28 @@ pub(super) fn render(
         let mut buffers = vec![(id, true), (a, false), (m, false)];
         buffers.extend(offs.map(|b| (b, false)));
         let (params_c, params, decls) = parameters(p, &h, &buffers, &[&exprs[..]], &vars, pointers);
-        let mut segment = String::new();
-        let group_decl;
+        let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
         if let (Some(offs), Some(limit), Some(groups)) = (offs, &limit_c, &groups_c) {
             let po = &pointers[offs.index()];
             let code = offsets_error(&buf, errors);
-            let _ = writeln!(segment, "  const long long gl_groups = {groups};");
-            let _ = writeln!(segment, "  const long long gl_limit = {limit};");
-            let _ = write!(
-                segment,
-                "{}",
-                check_offsets(po, code, "blockIdx.x == 0 && threadIdx.x == 0")
+            ctx.insert("groups", groups);
+            ctx.insert("limit", limit);
+            ctx.insert("offs", po);
+            ctx.insert(
+                "check",
+                &check_offsets(po, code, "blockIdx.x == 0 && threadIdx.x == 0"),
             );
-            // Each group's rows in tiles, then the rows past the last offset (zeros).
-            let _ = writeln!(segment, "  {{");
-            let _ = writeln!(segment, "    long long gl_start = 0;");
-            let _ = writeln!(
-                segment,
-                "    for (long long gl_i = 0; gl_i <= gl_groups; ++gl_i) {{"
-            );
-            let _ = writeln!(
-                segment,
-                "      long long gl_end = gl_i < gl_groups ? (long long){po}[gl_i] : gl_limit;"
-            );
-            let _ = writeln!(segment, "      gl_end = gl_end < gl_start ? gl_start : (gl_end > gl_limit ? gl_limit : gl_end);");
-            let _ = writeln!(
-                segment,
-                "      const long long gl_n = (gl_end - gl_start + {TILE_M} - 1) / {TILE_M};"
-            );
-            let _ = writeln!(segment, "      if (gl_tile < gl_n) {{");
-            let _ = writeln!(segment, "        gl_grp = gl_i < gl_groups ? gl_i : -1;");
-            let _ = writeln!(segment, "        gl_r0 = gl_start + gl_tile * {TILE_M};");
-            let _ = writeln!(
-                segment,
-                "        gl_r1 = gl_r0 + {TILE_M} < gl_end ? gl_r0 + {TILE_M} : gl_end;"
-            );
-            let _ = writeln!(segment, "        break;");
-            let _ = writeln!(segment, "      }}");
-            let _ = writeln!(segment, "      gl_tile -= gl_n;");
-            let _ = writeln!(segment, "      gl_start = gl_end;");
-            let _ = writeln!(segment, "    }}");
-            let _ = writeln!(segment, "  }}");
-            group_decl = format!("  const long long {gv} = gl_grp;");
+            ctx.insert("group_var", &gv);
         } else {
-            let (batches, rows) = (&sizes_c[0], &sizes_c[1]);
-            let _ = writeln!(segment, "  {{");
-            let _ = writeln!(
-                segment,
-                "    const long long gl_per = ({rows} + {TILE_M} - 1) / {TILE_M};"
-            );
-            let _ = writeln!(
-                segment,
-                "    if (gl_per > 0 && gl_tile < ({batches}) * gl_per) {{"
-            );
-            let _ = writeln!(segment, "      gl_grp = gl_tile / gl_per;");
-            let _ = writeln!(segment, "      gl_r0 = (gl_tile % gl_per) * {TILE_M};");
-            let _ = writeln!(
-                segment,
-                "      gl_r1 = gl_r0 + {TILE_M} < ({rows}) ? gl_r0 + {TILE_M} : ({rows});"
-            );
-            let _ = writeln!(segment, "    }}");
-            let _ = writeln!(segment, "  }}");
-            group_decl = format!("  const long long {} = gl_grp;", p.env.text(o[0]));
+            ctx.insert("batches", &sizes_c[0]);
+            ctx.insert("rows", &sizes_c[1]);
+            ctx.insert("group_var", &p.env.text(o[0]));
         }
         let (row, col) = match grouped {
             "row" => (o[0], o[1]),
             _ => (o[1], o[2]),
         };
-        let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
         ctx.insert("grouped", grouped);
-        ctx.insert("segment", &segment);
-        ctx.insert("group_decl", &group_decl);
         ctx.insert("cols", sizes_c.last().expect("an output of rank 2 or 3"));
         ctx.insert("inner", &inner_c);
         for (key, v) in [("tm", TILE_M), ("tn", TILE_N), ("tk", TILE_K), ("per", PER)] {
