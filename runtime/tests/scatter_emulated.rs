@@ -239,19 +239,11 @@ fn a_call_that_scatters_on_the_device_can_be_recorded() {
 /// [`differential::cache_accumulate`] that also returns `written - cache`, which reads the
 /// cache as it was after the scatter.
 fn cache_reread() -> Graph {
-    Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "cache_reread",
-        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
-        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
-                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
-                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
-        "nodes": [{"name": "written", "op": "aten.index_put.default",
-                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
-                            "values": {"tensor": "new"}, "accumulate": true}},
-                  {"name": "delta", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "written"}, "other": {"tensor": "cache"}}}],
-        "outputs": [{"tensor": "written", "mutates": "cache"}, {"tensor": "delta"}]}"#,
+    differential::cache_accumulate_with(
+        "cache_reread",
+        r#", {"name": "delta", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "written"}, "other": {"tensor": "cache"}}}"#,
+        r#", {"tensor": "delta"}"#,
     )
-    .unwrap()
 }
 
 #[test]
@@ -338,20 +330,12 @@ fn a_scatter_whose_values_read_its_own_base_is_not_done_in_place() {
 #[test]
 fn a_view_of_a_cache_written_in_place_reads_the_cache() {
     // scores = new · written^T: the matmul reads the updated cache through a transposed view.
-    let g = Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "cache_view",
-        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
-        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
-                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
-                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
-        "nodes": [{"name": "written", "op": "aten.index_put.default",
-                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
-                            "values": {"tensor": "new"}, "accumulate": true}},
-                  {"name": "wt", "op": "aten.t.default", "args": {"self": {"tensor": "written"}}},
-                  {"name": "scores", "op": "aten.mm.default", "args": {"self": {"tensor": "new"}, "mat2": {"tensor": "wt"}}}],
-        "outputs": [{"tensor": "written", "mutates": "cache"}, {"tensor": "scores"}]}"#,
-    )
-    .unwrap();
+    let g = differential::cache_accumulate_with(
+        "cache_view",
+        r#", {"name": "wt", "op": "aten.t.default", "args": {"self": {"tensor": "written"}}},
+           {"name": "scores", "op": "aten.mm.default", "args": {"self": {"tensor": "new"}, "mat2": {"tensor": "wt"}}}"#,
+        r#", {"tensor": "scores"}"#,
+    );
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("cache_view", &exe);
     let mut host = differential::cache_accumulate_inputs();

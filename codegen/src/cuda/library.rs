@@ -110,6 +110,18 @@ pub(super) fn parameters(
 
 /// What every library-step template takes: the buffer's name and graph nodes (for the comment),
 /// the function's name, threads per block, its parameters and the declarations of its symbols.
+/// `params` with the workspace (`bytes`, an expression's text) inserted before the error flag,
+/// the last parameter: `char* gl_work_bytes` in the function.
+pub(super) fn with_workspace(
+    (mut params_c, mut params): (Vec<String>, Vec<Param>),
+    bytes: String,
+) -> (Vec<String>, Vec<Param>) {
+    let at = params_c.len() - 1;
+    params_c.insert(at, "char* __restrict__ gl_work_bytes".into());
+    params.insert(at, Param::Workspace { bytes });
+    (params_c, params)
+}
+
 pub(super) fn context(
     buf: &Buffer,
     entry: &str,

@@ -17,7 +17,7 @@ use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
 use guardless_ir::sym::{CPrinter, Expr};
 use tera::Tera;
 
-use super::library::{c_of, context, parameters};
+use super::library::{c_of, context, parameters, with_workspace};
 use super::{hoist, Param, Part};
 
 /// Threads per block; a thread per line.
@@ -113,30 +113,11 @@ pub(super) fn render(
     ctx.insert("descending", &descending);
     ctx.insert("indices", &indices);
     let selection = render(&ctx);
-    // The radix sort takes the workspace before the error flag: keys and positions, twice.
-    let (mut radix_c, mut radix_params) = (params_c.clone(), params.clone());
-    let at = radix_c.len() - 1;
-    radix_c.insert(at, "char* __restrict__ gl_work_bytes".into());
-    radix_params.insert(
-        at,
-        Param::Workspace {
-            bytes: format!("32*(({})*({}))", p.env.text(lines), p.env.text(len)),
-        },
-    );
-    let mut ctx = context(&buf, entry, THREADS, &radix_c, &decls);
-    for (k, v) in [
-        ("lines", &lines_c),
-        ("inner", &inner_c),
-        ("len", &len_c),
-        ("keep", &keep_c),
-    ] {
-        ctx.insert(k, v);
-    }
-    ctx.insert("out", &pointers[id.index()]);
-    ctx.insert("input", &pointers[input.index()]);
+    // The radix sort: the same context, the workspace (keys and positions, twice) added.
+    let bytes = format!("32*(({})*({}))", p.env.text(lines), p.env.text(len));
+    let (radix_c, radix_params) = with_workspace((params_c, params.clone()), bytes);
+    ctx.insert("params", &radix_c.join(", "));
     ctx.insert("mode", "radix");
-    ctx.insert("descending", &descending);
-    ctx.insert("indices", &indices);
     let (key, lo, hi) = radix_key(input_dtype);
     ctx.insert("key", key);
     ctx.insert("lo", &lo);

@@ -12,7 +12,7 @@ use guardless_ir::loop_ir::{BufferKind, Program};
 use guardless_ir::sym::{CPrinter, Expr};
 use tera::Tera;
 
-use super::library::{c_of, context, decompose, locals, parameters};
+use super::library::{c_of, context, decompose, locals, parameters, with_workspace};
 use super::{hoist, Param, Part};
 
 /// Threads per block.
@@ -82,20 +82,10 @@ pub(super) fn render(
         parameters(p, &h, &buffers, &[&exprs[..]], &vars, pointers);
     let (write_c, write_params, _) = parameters(p, &h, &with_out, &[&exprs[..]], &vars, pointers);
     decls.push_str("  long long* gl_work = reinterpret_cast<long long*>(gl_work_bytes);\n");
-    // Every function takes the workspace (block counts, then the total) before the error flag.
-    let with_work = |mut c: Vec<String>, mut ps: Vec<Param>| {
-        let at = c.len() - 1;
-        c.insert(at, "char* __restrict__ gl_work_bytes".into());
-        ps.insert(
-            at,
-            Param::Workspace {
-                bytes: format!("8*((({})+{})//{CHUNK})+8", p.env.text(numel), CHUNK - 1),
-            },
-        );
-        (c, ps)
-    };
-    let (count_c, count_params) = with_work(count_c, count_params);
-    let (write_c, write_params) = with_work(write_c, write_params);
+    // Every function takes the workspace (block counts, then the total).
+    let bytes = format!("8*((({})+{})//{CHUNK})+8", p.env.text(numel), CHUNK - 1);
+    let (count_c, count_params) = with_workspace((count_c, count_params), bytes.clone());
+    let (write_c, write_params) = with_workspace((write_c, write_params), bytes);
     let render = |part: Part, params_c: &[String]| {
         let mut ctx = context(&buf, entry, THREADS, params_c, &decls);
         ctx.insert("part", part.name());

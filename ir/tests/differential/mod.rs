@@ -274,17 +274,23 @@ pub const SIZES: [i64; 7] = [0, 1, 2, 3, 7, 13, 257];
 /// A KV-cache update written back into the cache: `cache[pos] += new` over a [16, 4] f32 cache
 /// (`accumulate`, so each call changes it again), `t` unbacked new rows.
 pub fn cache_accumulate() -> Graph {
-    Graph::from_json(
-        r#"{"format": "guardless-graph", "version": 1, "name": "cache_accumulate",
-        "symbols": [{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}],
-        "inputs": [{"name": "cache", "dtype": "f32", "shape": [16, 4]},
-                   {"name": "pos", "dtype": "i64", "shape": ["t"]},
-                   {"name": "new", "dtype": "f32", "shape": ["t", 4]}],
-        "nodes": [{"name": "written", "op": "aten.index_put.default",
-                   "args": {"self": {"tensor": "cache"}, "indices": [{"tensor": "pos"}],
-                            "values": {"tensor": "new"}, "accumulate": true}}],
-        "outputs": [{"tensor": "written", "mutates": "cache"}]}"#,
-    )
+    cache_accumulate_with("cache_accumulate", "", "")
+}
+
+/// [`cache_accumulate`] named `name`, with more nodes after the write (`nodes`, each with a
+/// leading comma) and more outputs (`outputs`, likewise).
+pub fn cache_accumulate_with(name: &str, nodes: &str, outputs: &str) -> Graph {
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "{name}",
+        "symbols": [{{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 4}}],
+        "inputs": [{{"name": "cache", "dtype": "f32", "shape": [16, 4]}},
+                   {{"name": "pos", "dtype": "i64", "shape": ["t"]}},
+                   {{"name": "new", "dtype": "f32", "shape": ["t", 4]}}],
+        "nodes": [{{"name": "written", "op": "aten.index_put.default",
+                   "args": {{"self": {{"tensor": "cache"}}, "indices": [{{"tensor": "pos"}}],
+                            "values": {{"tensor": "new"}}, "accumulate": true}}}}{nodes}],
+        "outputs": [{{"tensor": "written", "mutates": "cache"}}{outputs}]}}"#
+    ))
     .expect("a valid graph")
 }
 

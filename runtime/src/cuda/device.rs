@@ -352,15 +352,11 @@ impl Device for CudaDevice {
         if p.bias.is_none() {
             return self.blas_gemm(&p, g.dtype, false);
         }
-        let lt = match self.lt.take() {
-            Some(lt) => Ok(lt),
-            None => Lt::new(),
+        let stream = self.stream.raw;
+        let done = match &mut self.lt {
+            Some(lt) => lt.matmul_bias(&p, g.dtype, stream),
+            None => Lt::new().and_then(|lt| self.lt.insert(lt).matmul_bias(&p, g.dtype, stream)),
         };
-        let done = lt.and_then(|mut lt| {
-            let r = lt.matmul_bias(&p, g.dtype, self.stream.raw);
-            self.lt = Some(lt);
-            r
-        });
         if let Err(e) = done {
             // The bias copied into every row of the output, then the product added.
             self.epilogue_fallbacks += 1;

@@ -48,25 +48,13 @@ impl<D: Device> Session<'_, D> {
                 },
                 ..,
             ) if part(Part::Tiled).or(part(Part::Write)).is_some() => {
-                use guardless_codegen::cuda::grouped_mm::{THREADS, TILE_M, TILE_N};
-                self.allocate(dev_, id)?;
-                let sizes = self.sizes(buf)?;
-                let bad = |m| fail(buf, m);
-                let Some(tiled) = part(Part::Tiled) else {
-                    let numel: i64 = sizes.iter().product();
-                    let write = part(Part::Write).expect("checked");
-                    return self.launch(dev_, write, blocks(numel, THREADS), THREADS, &bad);
-                };
-                // Row tiles: each group's (rows past the last offset too), or each batch's.
-                let cols = blocks(sizes[sizes.len() - 1], TILE_N);
-                let row_tiles = match inputs.get(2) {
-                    Some(&offs) => {
-                        let groups: i64 = self.sizes(&p.buffers[offs.index()])?.iter().product();
-                        blocks(sizes[0], TILE_M) + groups + 1
-                    }
-                    None => sizes[0].max(0).saturating_mul(blocks(sizes[1], TILE_M)),
-                };
-                return self.launch(dev_, tiled, row_tiles.saturating_mul(cols), THREADS, &bad);
+                return self.device_grouped_mm(
+                    dev_,
+                    id,
+                    inputs,
+                    part(Part::Tiled),
+                    part(Part::Write),
+                );
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write, part(Part::Radix))? =>
@@ -190,6 +178,41 @@ impl<D: Device> Session<'_, D> {
         let bytes = self.bytes_at(id, &at_most)?;
         self.allocate_bytes(dev_, id, bytes)?;
         self.launch(dev_, write, grid, THREADS, &bad)
+    }
+
+    /// `_grouped_mm` on the device: a block per output tile (row groups, batches), else a thread
+    /// per output element.
+    fn device_grouped_mm(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        inputs: &[BufferId],
+        tiled: Option<usize>,
+        write: Option<usize>,
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::grouped_mm::{THREADS, TILE_M, TILE_N};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let bad = |m| fail(buf, m);
+        self.allocate(dev_, id)?;
+        let sizes = self.sizes(buf)?;
+        let (entry, grid) = match (tiled, write) {
+            (Some(tiled), _) => {
+                // Row tiles: each group's (rows past the last offset too), or each batch's.
+                let cols = blocks(sizes[sizes.len() - 1], TILE_N);
+                let row_tiles = match inputs.get(2) {
+                    Some(&offs) => {
+                        let groups: i64 = self.sizes(&p.buffers[offs.index()])?.iter().product();
+                        blocks(sizes[0], TILE_M) + groups + 1
+                    }
+                    None => sizes[0].max(0).saturating_mul(blocks(sizes[1], TILE_M)),
+                };
+                (tiled, row_tiles.saturating_mul(cols))
+            }
+            (None, Some(write)) => (write, blocks(sizes.iter().product(), THREADS)),
+            (None, None) => unreachable!("the caller checked for an entry"),
+        };
+        self.launch(dev_, entry, grid, THREADS, &bad)
     }
 
     /// A scan or a sort on the device: a thread per line, or for a sort of more than
