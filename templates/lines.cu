@@ -2,11 +2,47 @@
 {%- if mode == "radix" %}
 // sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}; a block per line: a stable least-significant-digit radix sort of 2-bit digits over key bits [{{ lo }}, {{ hi }}), keys and positions moving between two halves of the line's workspace
 {%- elif mode == "scan" %}
-// scan: running sums along each line, a thread per line, rounded to the stored type after each addition
+// scan: running sums along each line, a thread per line, kept in {{ acc }} and each rounded once to the stored type
+{%- elif mode == "scan_block" %}
+// scan: running sums along each line, a block per line: tiles of {{ threads }} runs of {{ items }} in order, each run summed by its thread, the runs' totals scanned across the block; sums kept in {{ acc }} and each rounded once to the stored type
 {%- else %}
 // sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}; a thread per line
 {%- endif %}
-{%- if mode == "radix" %}
+{%- if mode == "scan_block" %}
+extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+{{ symbols }}
+  const long long gl_line = blockIdx.x;
+  if (gl_line >= ({{ lines }})) return;
+  const long long gl_inner = {{ inner }};
+  const long long gl_len = {{ len }};
+  const long long gl_base = (gl_line / gl_inner) * gl_len * gl_inner + gl_line % gl_inner;
+  __shared__ {{ acc }} gl_s[{{ threads }}];
+  // -0.0 + x is x, bit for bit: the first element is stored as it is.
+  {{ acc }} gl_carry = {{ zero }};
+  for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ threads }} * {{ items }}) {
+    const long long gl_j0 = gl_t0 + (long long)threadIdx.x * {{ items }};
+    {{ acc }} gl_run[{{ items }}];
+    {{ acc }} gl_sum = {{ zero }};
+#pragma unroll
+    for (int gl_k = 0; gl_k < {{ items }}; ++gl_k) {
+      const long long gl_j = gl_j0 + gl_k;
+      if (gl_j < gl_len) gl_sum += ({{ acc }})gl_ld({{ input }}, gl_base + gl_j * gl_inner);
+      gl_run[gl_k] = gl_sum;
+    }
+    gl_s[threadIdx.x] = gl_sum;
+    gl_block_scan(gl_s, {{ threads }});
+    // Before this thread's run: the earlier tiles, then the earlier runs of this one.
+    const {{ acc }} gl_before = threadIdx.x == 0 ? gl_carry : gl_carry + gl_s[threadIdx.x - 1];
+#pragma unroll
+    for (int gl_k = 0; gl_k < {{ items }}; ++gl_k) {
+      const long long gl_j = gl_j0 + gl_k;
+      if (gl_j < gl_len) gl_st_sum({{ out }}, gl_base + gl_j * gl_inner, gl_before + gl_run[gl_k]);
+    }
+    gl_carry += gl_s[{{ threads }} - 1];
+    __syncthreads();
+  }
+}
+{%- elif mode == "radix" %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const long long gl_line = blockIdx.x;
@@ -94,13 +130,12 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_o = gl_line / gl_inner;
   const long long gl_i = gl_line % gl_inner;
 {%- if mode == "scan" %}
-  {{ acc }} gl_acc = 0;
+  // -0.0 + x is x, bit for bit: the first element is stored as it is.
+  {{ acc }} gl_acc = {{ zero }};
   for (long long gl_j = 0; gl_j < gl_len; ++gl_j) {
     const long long gl_at = (gl_o * gl_len + gl_j) * gl_inner + gl_i;
-    // The first element as it is (0 + -0.0 would be +0.0).
-    const auto gl_v = gl_ld({{ input }}, gl_at);
-    if (gl_j == 0) gl_st({{ out }}, gl_at, gl_v); else gl_st({{ out }}, gl_at, gl_acc + gl_v);
-    gl_acc = gl_ld({{ out }}, gl_at);
+    gl_acc += ({{ acc }})gl_ld({{ input }}, gl_at);
+    gl_st_sum({{ out }}, gl_at, gl_acc);
   }
 {%- else %}
   const long long gl_keep = {{ keep }};

@@ -21,10 +21,28 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F64 => v,
         DType::F32 => v as f32 as f64,
-        DType::F16 => half::f16::from_f64(v).to_f64(),
-        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        // Through f32 rounded to odd: exact for f32 values, and the one rounding to 16 bits is
+        // then correct for every f64 (`half`'s own f64 conversions drop the low 32 bits first).
+        DType::F16 => half::f16::from_f32(to_f32_odd(v)).to_f64(),
+        DType::BF16 => half::bf16::from_f32(to_f32_odd(v)).to_f64(),
         _ => v,
     }
+}
+
+/// `v` as an f32 rounded to odd: toward zero, the last bit set when inexact. Rounding that to a
+/// format at least two bits narrower rounds `v` itself correctly.
+fn to_f32_odd(v: f64) -> f32 {
+    let t = v as f32;
+    if t.is_nan() || t as f64 == v {
+        return t;
+    }
+    // Inexact: step back toward zero when rounding went away from it (∞ steps to the largest).
+    let t = if (t as f64).abs() > v.abs() {
+        f32::from_bits(t.to_bits() - 1)
+    } else {
+        t
+    };
+    f32::from_bits(t.to_bits() | 1)
 }
 
 /// Converts an integer to a (non-float) dtype as a C cast would: wrapping, bools to 0/1.
@@ -113,5 +131,29 @@ impl HostTensor {
             let v: Vec<i64> = (0..n).map(|_| lo + (next() % span) as i64).collect();
             HostTensor::from_i64(dtype, shape, &v)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixteen_bit_rounding_sees_every_bit_of_an_f64() {
+        let tiny = 2f64.powi(-40);
+        // Just above the tie between 1 and the next value: up, though the f64's top 32 bits
+        // alone show a tie (which goes to even: 1).
+        for (dtype, ulp) in [(DType::BF16, 2f64.powi(-7)), (DType::F16, 2f64.powi(-10))] {
+            let tie = 1.0 + ulp / 2.0;
+            assert_eq!(round_to(dtype, tie), 1.0, "{dtype:?}: a tie goes to even");
+            assert_eq!(round_to(dtype, tie + tiny), 1.0 + ulp, "{dtype:?}");
+            assert_eq!(round_to(dtype, -(tie + tiny)), -(1.0 + ulp), "{dtype:?}");
+            assert_eq!(round_to(dtype, tie - tiny), 1.0, "{dtype:?}");
+            assert_eq!(round_to(dtype, f64::MAX), f64::INFINITY, "{dtype:?}");
+            assert!(round_to(dtype, f64::NAN).is_nan());
+            assert_eq!(round_to(dtype, -0.0).to_bits(), (-0.0f64).to_bits());
+            assert_eq!(round_to(dtype, 1e-300), 0.0, "{dtype:?}");
+        }
+        assert_eq!(round_to(DType::F32, 1.0 + tiny), 1.0);
     }
 }

@@ -392,3 +392,33 @@ fn unbacked_lowering_never_guards_and_backed_guards_hold() {
         }
     }
 }
+
+#[test]
+fn long_running_sums_are_rounded_once() {
+    // A bf16 sum rounded after every addition stops growing once its terms fall below half its
+    // last place (it ended near 256 where the exact sum is near 2000): each output is the wide
+    // sum rounded once, on every backend.
+    for dtype in ["bf16", "f16", "f32"] {
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "running_sum",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [2, "n"]}}],
+            "nodes": [{{"name": "a", "op": "aten.abs.default", "args": {{"self": {{"tensor": "x"}}}}}},
+                      {{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "a"}}, "dim": 1}}}}],
+            "outputs": [{{"tensor": "c"}}]}}"#
+        ))
+        .unwrap();
+        let what = format!("cumsum of 3000 {dtype}");
+        let b = bindings_of(&what, &g, &[("n", 3000)]);
+        let inputs = random_inputs(&g, &b, 7, (0, 1));
+        let x = &inputs[0];
+        let exact: f64 = (0..3000).map(|i| x.get_f64(i).abs()).sum();
+        let want = guardless_ir::reference::run(&g, &inputs, &b).unwrap();
+        let last = want[0].get_f64(2999);
+        assert!(
+            (last - exact).abs() <= exact * 1e-2,
+            "{what}: {last} vs {exact}"
+        );
+        assert!(compare_on(&what, &g, &inputs, &b, &[("n", 3000)], true));
+    }
+}

@@ -38,7 +38,7 @@ fn the_moe_path_runs_on_the_device() {
         assert_eq!(host, 0, "moe n = {n}: host steps");
     }
     // Sorting 300 expert ids (values and positions) is too long for a thread per line: radix.
-    for part in ["grouped_mm_", "_radix"] {
+    for part in ["grouped_mm_", "_block"] {
         assert!(
             dev.launched.iter().any(|f| f.contains(part)),
             "{part}: {:?}",

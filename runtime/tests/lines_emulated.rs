@@ -1,7 +1,8 @@
 //! `cumsum`, `sort` and `topk` on the device (`codegen::cuda::lines`), run on the CPU emulation of
-//! CUDA and compared with the reference executor bit for bit: a thread walks each line in the
-//! host's order, or for long sorts a block per line sorting by radix. Dimensions first, middle and
-//! last; ties, NaN and −0.0; every dtype through the radix sort.
+//! CUDA and compared with the reference executor: bit for bit where a thread walks each line in
+//! the host's order, or for long sorts a block per line sorting by radix; within a last place
+//! for the block-per-line scan of few or long lines. Dimensions first, middle and last; ties,
+//! NaN and −0.0; every dtype through the radix sort.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -104,6 +105,78 @@ fn cumsum_matches_the_host_bit_for_bit() {
 }
 
 #[test]
+fn few_or_long_cumsum_lines_run_a_block_each() {
+    // Two lines of 5000 (three tiles, the last partial) along the last dimension, and three of
+    // 700 an inner stride apart: a block per line, the same sums in another order — integers
+    // exact, floats within a last place of the output (or the double sums' own error).
+    for dtype in ["f64", "f32", "bf16", "f16", "i64", "i32"] {
+        for (shape, dim, n) in [(r#"[2, "n"]"#, -1, 5000usize), (r#"["n", 3]"#, 0, 700)] {
+            let g = Graph::from_json(&format!(
+                r#"{{"format": "guardless-graph", "version": 1, "name": "long_cumsum",
+                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": {shape}}}],
+                "nodes": [{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": {dim}}}}}],
+                "outputs": [{{"tensor": "c"}}]}}"#
+            ))
+            .unwrap();
+            let exe = Executable::new(lower(&g).unwrap()).unwrap();
+            let mut dev = Emu::new("long_cumsum", &exe);
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("n").unwrap(), n as i64);
+            let inputs = random_inputs(&g, &b, 11, (-1000, 1000));
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+            let what = format!("cumsum {dtype} {shape} dim {dim}");
+            assert_eq!(host_steps, 0, "{what}");
+            // (Besides the kernel realizing the scan's input.)
+            let block = dev
+                .launched
+                .iter()
+                .filter(|f| f.ends_with("_block"))
+                .count();
+            let write = dev
+                .launched
+                .iter()
+                .filter(|f| f.ends_with("_write"))
+                .count();
+            assert_eq!((block, write), (1, 0), "{what}: {:?}", dev.launched);
+            let (out, x) = (&got[0], &inputs[0]);
+            assert_eq!(out.shape, want[0].shape, "{what}");
+            // Each element's line position and the magnitude of the terms summed so far.
+            let (len, inner) = if dim == 0 { (n, 3) } else { (n, 1) };
+            let mut magnitude = vec![0.0f64; x.numel()];
+            for k in 0..x.numel() {
+                let before = if (k / inner) % len > 0 {
+                    magnitude[k - inner]
+                } else {
+                    0.0
+                };
+                magnitude[k] = before + x.get_f64(k).abs();
+            }
+            let bits = match out.dtype {
+                DType::F64 => 53,
+                DType::F32 => 24,
+                DType::F16 => 11,
+                DType::BF16 => 8,
+                _ => 64,
+            };
+            for (k, m) in magnitude.iter().enumerate() {
+                let (a, w) = (out.get_f64(k), want[0].get_f64(k));
+                let slack = if bits == 64 {
+                    0.0
+                } else {
+                    w.abs() * 2f64.powi(1 - bits) + m * 2f64.powi(-50)
+                };
+                assert!(
+                    (a - w).abs() <= slack,
+                    "{what}: element {k}: {a} vs reference {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn sort_and_topk_match_the_host() {
     for dtype in ["f32", "bf16", "i64"] {
         for (op, args) in [
@@ -171,7 +244,7 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
             let radix = dev
                 .launched
                 .iter()
-                .filter(|f| f.ends_with("_radix"))
+                .filter(|f| f.ends_with("_block"))
                 .count();
             assert_eq!(radix, 2, "{what}: {:?}", dev.launched);
         }
@@ -198,7 +271,7 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
             let x = awkward(DType::F32, n, seed);
             assert_eq!(exact(&what, &mut dev, &exe, &g, &x), 0, "{what}");
         }
-        assert!(dev.launched.iter().any(|f| f.ends_with("_radix")), "{node}");
+        assert!(dev.launched.iter().any(|f| f.ends_with("_block")), "{node}");
         assert!(dev.launched.iter().any(|f| f.ends_with("_write")), "{node}");
     }
 }

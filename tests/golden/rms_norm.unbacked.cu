@@ -42,6 +42,16 @@ __device__ __forceinline__ void gl_st(signed char* p, long long i, int v) { p[i]
 __device__ __forceinline__ void gl_st(unsigned char* p, long long i, int v) { p[i] = (unsigned char)v; }
 __device__ __forceinline__ void gl_st(bool* p, long long i, bool v) { p[i] = v; }
 
+// A running sum (kept in double, or long long) stored: rounded once. 16-bit floats go through an
+// f32 rounded to odd (toward zero, the last bit set when inexact), so that rounding is correct.
+__device__ __forceinline__ float gl_f32_odd(double v) {
+  const float t = __double2float_rz(v);
+  return ((double)t == v || v != v) ? t : __int_as_float(__float_as_int(t) | 1);
+}
+template <typename T, typename A> __device__ __forceinline__ void gl_st_sum(T* p, long long i, A v) { gl_st(p, i, v); }
+__device__ __forceinline__ void gl_st_sum(__nv_bfloat16* p, long long i, double v) { p[i] = __float2bfloat16_rn(gl_f32_odd(v)); }
+__device__ __forceinline__ void gl_st_sum(__half* p, long long i, double v) { p[i] = __float2half_rn(gl_f32_odd(v)); }
+
 __device__ __forceinline__ float gl_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float gl_round_f16(float x) { return __half2float(__float2half_rn(x)); }
 
@@ -121,12 +131,14 @@ __device__ __forceinline__ unsigned long long gl_sort_key(float v) {
 
 // The inclusive scan (Hillis–Steele) of `s[0, n)` in shared memory, one element per thread of
 // an `n`-thread block, after each thread wrote its own; every thread of the block calls it.
-__device__ __forceinline__ void gl_block_scan(long long* s, int n) {
+// Only sums of two elements are formed (no identity added), so -0.0 stays -0.0.
+template <typename T> __device__ __forceinline__ void gl_block_scan(T* s, int n) {
   __syncthreads();
   for (int o = 1; o < n; o <<= 1) {
-    const long long t = (int)threadIdx.x >= o ? s[threadIdx.x - o] : 0;
+    const bool has = (int)threadIdx.x >= o;
+    const T t = has ? s[threadIdx.x - o] : s[threadIdx.x];
     __syncthreads();
-    s[threadIdx.x] += t;
+    if (has) s[threadIdx.x] += t;
     __syncthreads();
   }
 }

@@ -1,13 +1,16 @@
 //! Library steps that work line by line along one dimension — `cumsum` (scan) and `sort`/`topk`
-//! — on the device: one thread per line, walking it in order, so that the results are the
-//! host's bit for bit (the same additions in the same order, rounded to the stored type after
-//! each; the same stable order, NaN above every number). A line is the input's elements
-//! `(o·len + j)·inner + i` for `j < len`, read from its contiguous storage as the host reads
-//! it.
+//! — on the device. A line is the input's elements `(o·len + j)·inner + i` for `j < len`, read
+//! from its contiguous storage as the host reads it.
+//!
+//! A scan keeps its running sum in double (integers: long long) and rounds each output once, as
+//! the host does. A thread per line (`write`) adds in the host's order, bit for bit; the
+//! `block` function, for few or long lines ([`scan_by_block`]), gives a line a block: tiles of
+//! `THREADS` runs of [`SCAN_ITEMS`], each run summed by its thread and the runs' totals scanned
+//! across the block — the same sums in another order (integers exact).
 //!
 //! A short sort is a selection: the `t`-th output is the first element, in the order, that
 //! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past
-//! [`SORT_WORK`] comparisons the launcher runs the `radix` function instead: a block per line,
+//! [`SORT_WORK`] comparisons the launcher runs the `block` function instead: a block per line,
 //! a stable least-significant-digit radix sort (2-bit digits, ranks from one packed block scan
 //! per tile) of keys whose unsigned order is the host's (`gl_sort_key`: NaN above every number,
 //! −0.0 equal to 0.0; inverted for descending), through 32 bytes of workspace per element.
@@ -25,6 +28,21 @@ pub const THREADS: i64 = 256;
 /// The most comparisons per line (`keep · len`) a selection sort does; above it, the radix sort
 /// runs.
 pub const SORT_WORK: i64 = 1 << 16;
+/// Elements each thread of a block-per-line scan sums in order (a tile is `THREADS` of them).
+pub const SCAN_ITEMS: i64 = 8;
+
+/// Whether a scan of `lines` lines of `len` elements, `inner` apart, runs a block per line. A
+/// thread per line walks `len` elements one after another, which only pays when there are lines
+/// enough to fill the GPU (2¹⁵ threads and more); then the block only wins for long contiguous
+/// lines, which one thread would read alone. A speed choice from the actual sizes: either way
+/// computes the same sums (in a different order).
+pub fn scan_by_block(lines: i64, len: i64, inner: i64) -> bool {
+    if lines < 1 << 15 {
+        len >= 64
+    } else {
+        inner == 1 && len >= 1024
+    }
+}
 
 /// A radix key of element `gl_v` of `dtype` (as `gl_ld` reads it), and the key bits that vary:
 /// `[lo, hi)`, an even number of them.
@@ -94,12 +112,16 @@ pub(super) fn render(
     ctx.insert("keep", &keep_c);
     ctx.insert("out", &pointers[id.index()]);
     ctx.insert("input", &pointers[input.index()]);
-    let acc = match buf.dtype {
-        DType::F64 => "double",
-        d if d.is_float() => "float",
-        _ => "long long",
+    // Sums kept wide and rounded once each: per-addition rounding loses a long bf16 line's small
+    // terms altogether.
+    let (acc, zero) = if buf.dtype.is_float() {
+        ("double", "-0.0")
+    } else {
+        ("long long", "0")
     };
     ctx.insert("acc", acc);
+    ctx.insert("zero", zero);
+    ctx.insert("items", &SCAN_ITEMS);
     let render = |ctx: &tera::Context| {
         tera.render("lines.cu", ctx)
             .map(|t| t + "\n")
@@ -107,7 +129,12 @@ pub(super) fn render(
     };
     let Some((descending, _, indices)) = sort else {
         ctx.insert("mode", "scan");
-        return vec![(Part::Write, render(&ctx), params)];
+        let by_thread = render(&ctx);
+        ctx.insert("mode", "scan_block");
+        return vec![
+            (Part::Write, by_thread, params.clone()),
+            (Part::Block, render(&ctx), params),
+        ];
     };
     ctx.insert("mode", "sort");
     ctx.insert("descending", &descending);
@@ -124,6 +151,6 @@ pub(super) fn render(
     ctx.insert("hi", &hi);
     vec![
         (Part::Write, selection, params),
-        (Part::Radix, render(&ctx), radix_params),
+        (Part::Block, render(&ctx), radix_params),
     ]
 }

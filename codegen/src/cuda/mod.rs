@@ -75,7 +75,8 @@ pub enum EntryOf {
 
 /// The functions of a library step done on the device, in launch order: a scatter (`index_put`)
 /// is `copy` then `write`; a select (`nonzero`, `masked_select`) is `count`, `scan`, then
-/// `write`; a sort is `write` (short lines) or `radix` (long ones).
+/// `write`; a scan or a sort is `write` (a thread per line) or `block` (a block per line: few or
+/// long lines).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {
@@ -88,8 +89,9 @@ pub enum Part {
     /// Scatter: the values written or added at their targets. Select: the kept elements (or
     /// their indices) written at their positions.
     Write,
-    /// Sort: a block per line, a stable radix sort through the workspace.
-    Radix,
+    /// A block per line. Sort: a stable radix sort through the workspace. Scan: tiles of runs
+    /// summed by threads, their totals scanned across the block.
+    Block,
     /// Grouped matmul: a block per output tile of one group's rows.
     Tiled,
 }
@@ -99,7 +101,7 @@ const _: () = assert!(
         && Part::Count as usize == 1
         && Part::Scan as usize == 2
         && Part::Write as usize == 3
-        && Part::Radix as usize == 4
+        && Part::Block as usize == 4
         && Part::Tiled as usize == 5
 );
 
@@ -109,7 +111,7 @@ impl Part {
         Part::Count,
         Part::Scan,
         Part::Write,
-        Part::Radix,
+        Part::Block,
         Part::Tiled,
     ];
 
@@ -124,7 +126,7 @@ impl Part {
             Part::Count => "count",
             Part::Scan => "scan",
             Part::Write => "write",
-            Part::Radix => "radix",
+            Part::Block => "block",
             Part::Tiled => "tiled",
         }
     }

@@ -67,6 +67,11 @@ inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; 
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+// Rounded toward zero: the nearest f32, stepped back toward zero when it is farther out.
+inline float __double2float_rz(double v) {
+  const float t = float(v);
+  return (v == v && std::fabs(double(t)) > std::fabs(v)) ? std::nextafter(t, 0.0f) : t;
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 

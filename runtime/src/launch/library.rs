@@ -57,7 +57,7 @@ impl<D: Device> Session<'_, D> {
                 );
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
-                if self.device_lines(dev_, id, write, part(Part::Radix))? =>
+                if self.device_lines(dev_, id, write, part(Part::Block))? =>
             {
                 return Ok(());
             }
@@ -215,17 +215,17 @@ impl<D: Device> Session<'_, D> {
         self.launch(dev_, entry, grid, THREADS, &bad)
     }
 
-    /// A scan or a sort on the device: a thread per line, or for a sort of more than
-    /// `SORT_WORK` comparisons a line, a block per line sorting by radix (`false`, nothing
-    /// done, when there is no radix function).
+    /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan
+    /// of few or long lines, a sort of more than `SORT_WORK` comparisons a line (by radix;
+    /// `false`, nothing done, when there is no such function).
     fn device_lines(
         &mut self,
         dev_: &mut D,
         id: BufferId,
         write: usize,
-        radix: Option<usize>,
+        block: Option<usize>,
     ) -> Result<bool, LaunchError> {
-        use guardless_codegen::cuda::lines::{SORT_WORK, THREADS};
+        use guardless_codegen::cuda::lines::{scan_by_block, SORT_WORK, THREADS};
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         let bad = |message: String| fail(buf, message);
@@ -238,27 +238,29 @@ impl<D: Device> Session<'_, D> {
         };
         let sizes = self.sizes(&p.buffers[input.index()])?;
         let len = sizes[dim];
-        if let Some(take) = take {
-            let keep = match take {
-                Some(k) => self.eval(buf, k)?,
-                None => len,
-            };
-            if keep < 0 || keep > len {
-                return Err(bad(format!("selected {keep} of {len} elements")));
-            }
-            if keep.saturating_mul(len) > SORT_WORK {
-                let Some(radix) = radix else {
-                    return Ok(false);
+        let inner: i64 = sizes[dim + 1..].iter().product();
+        let lines: i64 = sizes[..dim].iter().product::<i64>() * inner;
+        let by_block = match take {
+            None => scan_by_block(lines, len, inner),
+            Some(take) => {
+                let keep = match take {
+                    Some(k) => self.eval(buf, k)?,
+                    None => len,
                 };
-                self.allocate(dev_, id)?;
-                let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
-                self.launch(dev_, radix, lines, THREADS, &bad)?;
-                return Ok(true);
+                if keep < 0 || keep > len {
+                    return Err(bad(format!("selected {keep} of {len} elements")));
+                }
+                if keep.saturating_mul(len) > SORT_WORK && block.is_none() {
+                    return Ok(false);
+                }
+                keep.saturating_mul(len) > SORT_WORK
             }
-        }
+        };
         self.allocate(dev_, id)?;
-        let lines: i64 = sizes[..dim].iter().chain(&sizes[dim + 1..]).product();
-        self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?;
+        match block {
+            Some(block) if by_block => self.launch(dev_, block, lines, THREADS, &bad)?,
+            _ => self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?,
+        }
         Ok(true)
     }
 

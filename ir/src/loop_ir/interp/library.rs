@@ -113,7 +113,9 @@ impl Program {
         Ok(out)
     }
 
-    /// Running sums along `dim` of the contiguous `input` (same shape).
+    /// Running sums along `dim` of the contiguous `input` (same shape), each rounded once to the
+    /// stored type from a sum kept in f64 (integers: i64, wrapping) — not rounded per addition,
+    /// which loses a long bf16 line's small terms altogether.
     pub(super) fn scan(
         &self,
         buf: &Buffer,
@@ -125,18 +127,15 @@ impl Program {
         let sizes = self.sizes_of(input, b)?;
         let inner: i64 = sizes[dim + 1..].iter().product();
         let len = sizes[dim];
-        let mut acc = storage.get(input).clone();
-        for k in 0..acc.len() as i64 {
+        let mut sums = storage.get(input).clone();
+        for k in 0..sums.len() as i64 {
             // Not the first along `dim`: add the running sum of the previous element.
             if inner > 0 && len > 0 && (k / inner) % len > 0 {
-                let prev = acc[(k - inner) as usize];
-                acc[k as usize] = store(
-                    buf.dtype,
-                    combine(ReductionKind::Sum, buf.dtype, prev, acc[k as usize]),
-                );
+                let prev = sums[(k - inner) as usize];
+                sums[k as usize] = combine(ReductionKind::Sum, buf.dtype, prev, sums[k as usize]);
             }
         }
-        Ok(acc)
+        Ok(sums.into_iter().map(|v| store(buf.dtype, v)).collect())
     }
 
     /// A copy of the base, then the body's values written or added at their targets in order.
