@@ -1,6 +1,6 @@
 // {{ name }}: {{ nodes }}
 {%- if mode == "radix" %}
-// sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}; a block per line: a stable least-significant-digit radix sort of 2-bit digits over key bits [{{ lo }}, {{ hi }}), keys and positions moving between two halves of the line's workspace
+// sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}; a block per line: a stable least-significant-digit radix sort of 8-bit digits over key bits [{{ lo }}, {{ hi }}), keys and positions moving between two halves of the line's workspace
 {%- elif mode == "scan" %}
 // scan: running sums along each line, a thread per line, kept in {{ acc }} and each rounded once to the stored type
 {%- elif mode == "scan_block" %}
@@ -69,44 +69,87 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     gl_keys[0][gl_j] = {% if descending %}~gl_k{% else %}gl_k{% endif %};
     gl_pos[0][gl_j] = gl_j;
   }
-  __shared__ long long gl_s[{{ threads }}];
+  const int gl_lane = threadIdx.x % 32, gl_warp = threadIdx.x / 32;
+  // Per tile: how many elements of each digit each warp holds, for each of a thread's items;
+  // then, in place, how many come before them in the tile.
+  __shared__ int gl_warp_count[{{ rows }} * {{ warps }} * 256];
+  // A digit's first position in the pass (the line's counts of the smaller digits), then its
+  // next one as the tiles go by.
+  __shared__ unsigned long long gl_next[256];
+  // The tile's elements of each digit.
+  __shared__ int gl_tile[256];
+  __shared__ unsigned long long gl_s[{{ threads }}];
   int gl_src = 0;
-  for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 2, gl_src ^= 1) {
+  for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 8, gl_src ^= 1) {
     const unsigned long long* gl_sk = gl_keys[gl_src];
     const long long* gl_sp = gl_pos[gl_src];
     unsigned long long* gl_dk = gl_keys[gl_src ^ 1];
     long long* gl_dp = gl_pos[gl_src ^ 1];
-    // Each digit's first position: the counts of the smaller digits.
-    long long gl_count[4] = {0, 0, 0, 0};
     __syncthreads();
-    for (long long gl_j = threadIdx.x; gl_j < gl_len; gl_j += {{ threads }}) gl_count[(gl_sk[gl_j] >> gl_bit) & 3] += 1;
-    long long gl_next[4];
-    long long gl_total = 0;
-    for (int gl_d = 0; gl_d < 4; ++gl_d) {
-      gl_s[threadIdx.x] = gl_count[gl_d];
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_next[gl_d] = 0;
+    __syncthreads();
+    for (long long gl_j = threadIdx.x; gl_j < gl_len; gl_j += {{ threads }}) atomicAdd(&gl_next[(gl_sk[gl_j] >> gl_bit) & 255], 1ull);
+    // Exclusive prefix sums of the 256 counts: a block scan of each thread's run of them (the
+    // threads divide 256).
+    __syncthreads();
+    {
+      const int gl_per = 256 / {{ threads }};
+      unsigned long long gl_run = 0;
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += gl_next[threadIdx.x * gl_per + gl_q];
+      gl_s[threadIdx.x] = gl_run;
       gl_block_scan(gl_s, {{ threads }});
-      gl_next[gl_d] = gl_total;
-      gl_total += gl_s[{{ threads }} - 1];
+      unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
       __syncthreads();
-    }
-    // Tiles in order; within one, an element's rank among its digit's from a scan of one
-    // 16-bit count per digit packed in 64 bits.
-    for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ threads }}) {
-      const long long gl_j = gl_t0 + threadIdx.x;
-      const bool gl_in = gl_j < gl_len;
-      const unsigned long long gl_k = gl_in ? gl_sk[gl_j] : 0;
-      const int gl_d = (int)((gl_k >> gl_bit) & 3);
-      gl_s[threadIdx.x] = gl_in ? (1ll << (16 * gl_d)) : 0;
-      gl_block_scan(gl_s, {{ threads }});
-      const long long gl_rank = ((gl_s[threadIdx.x] >> (16 * gl_d)) & 0xFFFF) - 1;
-      const long long gl_tile = gl_s[{{ threads }} - 1];
-      __syncthreads();
-      if (gl_in) {
-        const long long gl_at = gl_next[gl_d] + gl_rank;
-        gl_dk[gl_at] = gl_k;
-        gl_dp[gl_at] = gl_sp[gl_j];
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
+        const unsigned long long gl_c = gl_next[threadIdx.x * gl_per + gl_q];
+        gl_next[threadIdx.x * gl_per + gl_q] = gl_at;
+        gl_at += gl_c;
       }
-      for (int gl_q = 0; gl_q < 4; ++gl_q) gl_next[gl_q] += (gl_tile >> (16 * gl_q)) & 0xFFFF;
+    }
+    // Tiles of {{ rows }} rows of {{ threads }} elements, in line order; an element's place is
+    // its digit's next position, plus the tile's elements of its digit before it: those of
+    // earlier rows and warps (counted per warp), then of earlier lanes of its warp (from the
+    // lanes holding the same digit).
+    for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows }} * {{ threads }}) {
+      __syncthreads();
+      for (int gl_q = threadIdx.x; gl_q < {{ rows }} * {{ warps }} * 256; gl_q += {{ threads }}) gl_warp_count[gl_q] = 0;
+      __syncthreads();
+      unsigned long long gl_k[{{ rows }}];
+      int gl_d[{{ rows }}];
+      int gl_rank[{{ rows }}];
+#pragma unroll
+      for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+        const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+        gl_k[gl_r] = gl_j < gl_len ? gl_sk[gl_j] : 0;
+        // Past the line's end: digit 256, which no element has.
+        gl_d[gl_r] = gl_j < gl_len ? (int)((gl_k[gl_r] >> gl_bit) & 255) : 256;
+        const unsigned gl_peers = __match_any_sync(0xffffffffu, gl_d[gl_r]);
+        gl_rank[gl_r] = __popc(gl_peers & ((1u << gl_lane) - 1u));
+        if (gl_d[gl_r] < 256 && gl_rank[gl_r] == 0) gl_warp_count[(gl_r * {{ warps }} + gl_warp) * 256 + gl_d[gl_r]] = __popc(gl_peers);
+      }
+      __syncthreads();
+      for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) {
+        int gl_before = 0;
+        for (int gl_q = 0; gl_q < {{ rows }} * {{ warps }}; ++gl_q) {
+          const int gl_c = gl_warp_count[gl_q * 256 + gl_dd];
+          gl_warp_count[gl_q * 256 + gl_dd] = gl_before;
+          gl_before += gl_c;
+        }
+        gl_tile[gl_dd] = gl_before;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+        const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+        if (gl_j < gl_len) {
+          const int gl_dg = gl_d[gl_r];
+          const unsigned long long gl_at = gl_next[gl_dg] + gl_warp_count[(gl_r * {{ warps }} + gl_warp) * 256 + gl_dg] + gl_rank[gl_r];
+          gl_dk[gl_at] = gl_k[gl_r];
+          gl_dp[gl_at] = gl_sp[gl_j];
+        }
+      }
+      __syncthreads();
+      for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) gl_next[gl_dd] += gl_tile[gl_dd];
     }
   }
   __syncthreads();

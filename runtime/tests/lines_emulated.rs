@@ -209,8 +209,9 @@ fn sort_and_topk_match_the_host() {
 
 #[test]
 fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
-    // 600 × 600 comparisons a line: past the selection's bound, so a block per line sorts by
-    // radix — in every dtype, both directions, values and positions, several tiles a line.
+    // 2520 × 2520 comparisons a line: past the selection's bound, so a block per line sorts by
+    // radix — in every dtype, both directions, values and positions, three tiles of 1024 a line
+    // (the last partial), many ties.
     for dtype in [
         "f64", "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "bool",
     ] {
@@ -229,10 +230,10 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
             let exe = Executable::new(lower(&g).unwrap()).unwrap();
             let mut dev = Emu::new("long_sort", &exe);
             let d = g.inputs[0].dtype;
-            let x = awkward(d, 100, 9);
-            // The same values as [2, 600] (awkward makes [n, 4, 3]).
+            let x = awkward(d, 420, 9);
+            // The same values as [2, 2520] (awkward makes [n, 4, 3]).
             let x = HostTensor {
-                shape: vec![2, 600],
+                shape: vec![2, 2520],
                 ..x
             };
             let what = format!("{op} {dtype} {args}");

@@ -11,9 +11,13 @@
 //! A short sort is a selection: the `t`-th output is the first element, in the order, that
 //! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past
 //! [`SORT_WORK`] comparisons the launcher runs the `block` function instead: a block per line,
-//! a stable least-significant-digit radix sort (2-bit digits, ranks from one packed block scan
-//! per tile) of keys whose unsigned order is the host's (`gl_sort_key`: NaN above every number,
-//! −0.0 equal to 0.0; inverted for descending), through 32 bytes of workspace per element.
+//! a stable least-significant-digit radix sort of 8-bit digits of keys whose unsigned order is
+//! the host's (`gl_sort_key`: NaN above every number, −0.0 equal to 0.0; inverted for
+//! descending), through 32 bytes of workspace per element. A pass counts the line's digits
+//! (shared-memory atomics) and places tiles of [`RADIX_ROWS`] × `THREADS` elements in order: an
+//! element's place is its digit's next position, plus the tile's elements of that digit in
+//! earlier rows and warps (per-warp counts, prefix-summed per digit), plus those of earlier
+//! lanes of its warp (`__match_any_sync`) — four barriers a tile.
 
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
@@ -30,6 +34,11 @@ pub const THREADS: i64 = 256;
 pub const SORT_WORK: i64 = 1 << 16;
 /// Elements each thread of a block-per-line scan sums in order (a tile is `THREADS` of them).
 pub const SCAN_ITEMS: i64 = 8;
+/// Rows of `THREADS` elements in a tile of the radix sort (each thread holds one of each).
+pub const RADIX_ROWS: i64 = 4;
+
+// The radix sort's 256 digit counts are spread evenly over the threads, and warps are whole.
+const _: () = assert!(256 % THREADS == 0 && THREADS % 32 == 0);
 
 /// Whether a scan of `lines` lines of `len` elements, `inner` apart, runs a block per line. A
 /// thread per line walks `len` elements one after another, which only pays when there are lines
@@ -45,7 +54,7 @@ pub fn scan_by_block(lines: i64, len: i64, inner: i64) -> bool {
 }
 
 /// A radix key of element `gl_v` of `dtype` (as `gl_ld` reads it), and the key bits that vary:
-/// `[lo, hi)`, an even number of them.
+/// `[lo, hi)` (the bits above `hi` are zero).
 fn radix_key(dtype: DType) -> (&'static str, u32, u32) {
     match dtype {
         DType::F64 => ("gl_sort_key(gl_v)", 0, 64),
@@ -149,6 +158,8 @@ pub(super) fn render(
     ctx.insert("key", key);
     ctx.insert("lo", &lo);
     ctx.insert("hi", &hi);
+    ctx.insert("rows", &RADIX_ROWS);
+    ctx.insert("warps", &(THREADS / 32));
     vec![
         (Part::Write, selection, params),
         (Part::Block, render(&ctx), radix_params),

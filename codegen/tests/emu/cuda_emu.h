@@ -51,6 +51,19 @@ template <class T> T __shfl_down_sync(unsigned, T v, int offset) {
   return gl_exchange(v, lane + offset < 32 ? lane + offset : lane);
 }
 template <class T> T __shfl_sync(unsigned, T v, int src) { return gl_exchange(v, src); }
+// The lanes (of a full warp) whose `v` equals this lane's.
+template <class T> unsigned __match_any_sync(unsigned, T v) {
+  const int lane = threadIdx.x % 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  gl_warp->slots[lane] = bits;
+  gl_warp->bar.arrive_and_wait();
+  unsigned peers = 0;
+  for (int l = 0; l < 32; ++l) peers |= unsigned(gl_warp->slots[l] == bits) << l;
+  gl_warp->bar.arrive_and_wait();
+  return peers;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 inline int atomicCAS(int* p, int compare, int value) {
   __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
