@@ -2,7 +2,8 @@
 //! and compared with the reference: the MoE path (sort by expert, histc counts, cumsum offsets,
 //! one grouped matmul — every step on the device), the batched form, inner-dimension and
 //! column groups, and offsets that decrease or pass the size (clean errors); the tiled kernel
-//! (row groups, batches) across tile, step and group boundaries in every float dtype.
+//! (row groups, batches) across tile, step and group boundaries in every float dtype (bf16 and
+//! f16 on the emulated tensor cores).
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;

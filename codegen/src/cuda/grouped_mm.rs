@@ -6,8 +6,11 @@
 //! that bad offsets never read out of bounds. cuBLAS has no grouped form with data-dependent
 //! group sizes. The MoE forms (row groups, batches) are tiled instead (`templates/grouped_mm.cu`):
 //! a block per `TILE_M × TILE_N` output tile of one group's rows, found by walking the groups'
-//! tile counts, with the inner dimension in steps of `TILE_K` through shared memory; each
-//! thread keeps the additions of the thread-per-element form, in the same order.
+//! tile counts, with the inner dimension in steps through shared memory. In bf16 and f16 the
+//! tile multiplies on the tensor cores (WMMA fragments of 16 × 16 × 16, f32 accumulators; each
+//! warp two fragments of one fragment row; the result through shared memory so that stores
+//! check the tile's bounds); in f32 and f64 each thread keeps the additions of the
+//! thread-per-element form, in the same order, for `PER × PER` outputs.
 
 use std::fmt::Write;
 
@@ -26,7 +29,17 @@ pub const THREADS: i64 = 256;
 pub const TILE_M: i64 = 64;
 pub const TILE_N: i64 = 64;
 pub const TILE_K: i64 = 16;
+/// The step along the inner dimension of the tensor-core form (bf16, f16): two fragments deep.
+pub const MMA_TILE_K: i64 = 32;
 const PER: i64 = 4;
+
+// The tensor-core form: the tile's 16 × 16 fragments shared evenly by whole warps, each warp's
+// fragments in one fragment row.
+const _: () = assert!(
+    THREADS % 32 == 0
+        && (TILE_M / 16) * (TILE_N / 16) % (THREADS / 32) == 0
+        && (TILE_N / 16) % ((TILE_M / 16) * (TILE_N / 16) / (THREADS / 32)) == 0
+);
 
 /// The one function of grouped matmul `id`.
 pub(super) fn render(
@@ -161,9 +174,23 @@ pub(super) fn render(
         ctx.insert("grouped", grouped);
         ctx.insert("cols", sizes_c.last().expect("an output of rank 2 or 3"));
         ctx.insert("inner", &inner_c);
-        for (key, v) in [("tm", TILE_M), ("tn", TILE_N), ("tk", TILE_K), ("per", PER)] {
+        // 16-bit floats multiply on the tensor cores (f32 accumulators, as cuBLAS does).
+        let mma = matches!(buf.dtype, DType::BF16 | DType::F16)
+            && [a, m]
+                .iter()
+                .all(|b| p.buffers[b.index()].dtype == buf.dtype);
+        let tk = if mma { MMA_TILE_K } else { TILE_K };
+        for (key, v) in [("tm", TILE_M), ("tn", TILE_N), ("tk", tk), ("per", PER)] {
             ctx.insert(key, &v);
         }
+        ctx.insert("mma", &mma);
+        ctx.insert("frags", &(TILE_M * TILE_N / 256 / (THREADS / 32)));
+        ctx.insert("elem", super::body::storage_type(buf.dtype));
+        let zero = match buf.dtype {
+            DType::BF16 => "__float2bfloat16_rn(0.0f)",
+            _ => "__float2half_rn(0.0f)",
+        };
+        ctx.insert("elem_zero", zero);
         ctx.insert("tn_threads", &(TILE_N / PER));
         ctx.insert("acc", acc);
         ctx.insert("row", &p.env.text(row));

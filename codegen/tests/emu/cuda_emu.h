@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -19,6 +20,7 @@
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct GlDim { unsigned x, y, z; };
 inline thread_local GlDim threadIdx, blockIdx;
@@ -104,6 +106,49 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 struct __half { uint16_t x; };
 inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return float(f); }
 inline __half __float2half_rn(float f) { _Float16 h = _Float16(f); __half r; std::memcpy(&r.x, &h, 2); return r; }
+
+// WMMA: every lane holds the whole fragment, as floats; mma_sync adds in k order; one lane
+// stores (all hold the same values).
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment { float x[256]; };
+inline float gl_wmma_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float gl_wmma_float(__half v) { return __half2float(v); }
+template <class Use, int M, int N, int K, class T, class L, class P>
+void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+  constexpr bool a = std::is_same_v<Use, matrix_a>;
+  constexpr int rows = a ? M : K, cols = a ? K : N;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      f.x[r * cols + c] = gl_wmma_float(std::is_same_v<L, col_major> ? p[c * ldm + r] : p[r * ldm + c]);
+}
+template <int M, int N, int K> void fill_fragment(fragment<accumulator, M, N, K, float>& f, float v) {
+  for (float& e : f.x) e = v;
+}
+template <int M, int N, int K, class T, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
+              const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+  float r[M * N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float s = c.x[i * N + j];
+      for (int k = 0; k < K; ++k) s += a.x[i * K + k] * b.x[k * N + j];
+      r[i * N + j] = s;
+    }
+  std::memcpy(d.x, r, sizeof r);
+}
+template <int M, int N, int K>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t l) {
+  if (threadIdx.x % 32 != 0) return;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) (l == mem_row_major ? p[i * ldm + j] : p[j * ldm + i]) = f.x[i * N + j];
+}
+}  // namespace nvcuda::wmma
 
 // Runs `grid` blocks of `block` threads of `kernel`, one block after the other.
 template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
