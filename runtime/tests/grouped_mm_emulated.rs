@@ -120,3 +120,20 @@ fn tiles_cover_groups_of_any_size_in_every_float_dtype() {
         assert_eq!(tiled, 2, "{dtype}: {:?}", dev.launched);
     }
 }
+
+#[test]
+fn an_exported_bf16_mixtral_layer_runs_on_the_device() {
+    // Hugging Face's Mixtral (one layer, 4 experts, top 2) in bf16 as torch.export gives it:
+    // experts by `_grouped_mm` (tensor cores), routing by sort, histc and cumsum — no host step.
+    let g = differential::test_graph("mixtral_bf16_grouped_mm.json");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("mixtral_bf16", &exe);
+    for (seed, batch, seq) in [(21, 2, 9), (22, 3, 2)] {
+        let what = format!("mixtral at {batch} x {seq}");
+        let b = differential::bindings_of(&what, &g, &[("u0", batch), ("u1", seq)]);
+        let inputs = random_inputs(&g, &b, seed, (0, 256));
+        assert_eq!(compare(&what, &mut dev, &exe, &g, &inputs), 0, "{what}");
+    }
+    let tiled = dev.launched.iter().filter(|f| f.ends_with("_tiled"));
+    assert_eq!(tiled.count(), 2 * 2, "{:?}", dev.launched);
+}
