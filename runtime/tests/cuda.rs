@@ -1,6 +1,9 @@
 //! The GPU runtime on a real GPU: every example graph, backed and unbacked, at sizes from 0 to
 //! 65536 against the reference executor; a memory-bound graph past 2³¹ elements (64-bit
-//! indexing); clean errors for a size outside its range and an out-of-range gather index.
+//! indexing); clean errors for a size outside its range and an out-of-range gather index;
+//! library steps (MoE routing, long sorts and running sums, a bf16 Mixtral layer's tensor-core
+//! grouped matmuls), the cuBLASLt epilogue, CUDA graphs and the one download of data-dependent
+//! values.
 //! Without a CUDA driver (CI) each test prints why it skipped and passes.
 //!
 //! `GUARDLESS_EXAMPLES` points at `examples/graphs` when the binary runs away from the checkout
@@ -260,13 +263,15 @@ fn library_steps_run_on_the_gpu() {
         "outputs": [{"tensor": "c"}, {"tensor": "t", "index": 0}, {"tensor": "t", "index": 1}]}"#,
     )
     .unwrap();
-    // A sampler's sort of the vocabulary: long lines, by radix.
+    // A top-p sampler's sort of the vocabulary and running sum of the sorted values: long
+    // lines, by radix and by a block a line.
     let vocab = Graph::from_json(
         r#"{"format": "guardless-graph", "version": 1, "name": "vocab_sort",
         "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 1024}],
         "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 32000]}],
-        "nodes": [{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": -1, "descending": true}}],
-        "outputs": [{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]}"#,
+        "nodes": [{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": -1, "descending": true}},
+                  {"name": "c", "op": "aten.cumsum.default", "args": {"self": {"tensor": "s", "index": 0}, "dim": -1}}],
+        "outputs": [{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}, {"tensor": "c"}]}"#,
     )
     .unwrap();
     for (g, symbol, sizes) in [
@@ -288,6 +293,34 @@ fn library_steps_run_on_the_gpu() {
             for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
                 assert_close(&format!("{} at {n}", g.name), got, w);
             }
+        }
+    }
+}
+
+#[test]
+fn an_exported_bf16_mixtral_layer_runs_on_the_gpu() {
+    if !gpu("an_exported_bf16_mixtral_layer_runs_on_the_gpu") {
+        return;
+    }
+    // Hugging Face's Mixtral layer in bf16 (grouped_mm experts on the tensor cores), up to 1024
+    // tokens: no host step, the reference's values.
+    let g = Graph::from_json(include_str!(
+        "../../tests/graphs/mixtral_bf16_grouped_mm.json"
+    ))
+    .unwrap();
+    let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+    for (seed, batch, seq) in [(1, 2, 9), (2, 8, 128), (3, 64, 2)] {
+        let what = format!("mixtral at {batch} x {seq}");
+        let b = differential::bindings_of(&what, &g, &[("u0", batch), ("u1", seq)]);
+        let inputs = random_inputs(&g, &b, seed, (0, 256));
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let (exe, dev) = gpu.parts();
+        let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+        s.execute(dev).unwrap();
+        assert_eq!(s.host_steps, 0, "{what}: host steps");
+        for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
+            assert_close(&what, got, w);
         }
     }
 }
