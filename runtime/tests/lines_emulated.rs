@@ -57,6 +57,20 @@ fn awkward(dtype: DType, n: usize, seed: u64) -> HostTensor {
     }
 }
 
+/// How many times the tiled radix sort of `dtype` keys is launched: the keys, three launches a
+/// pass of 8 key bits (those that vary), the gather.
+fn phases(dtype: DType) -> usize {
+    let bits: usize = match dtype {
+        DType::F64 | DType::I64 => 64,
+        DType::F32 | DType::I32 => 32,
+        DType::F16 => 20,
+        DType::BF16 => 16,
+        DType::I8 | DType::U8 => 8,
+        DType::Bool => 2,
+    };
+    2 + 3 * bits.div_ceil(8)
+}
+
 /// Runs on the emulated device; compares with the reference exactly (NaN equal to NaN). Returns
 /// the host steps.
 fn exact(what: &str, dev: &mut Emu, exe: &Executable, g: &Graph, x: &HostTensor) -> usize {
@@ -209,9 +223,10 @@ fn sort_and_topk_match_the_host() {
 
 #[test]
 fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
-    // 2520 × 2520 comparisons a line: past the selection's bound, so a block per line sorts by
-    // radix — in every dtype, both directions, values and positions, three tiles of 1024 a line
-    // (the last partial), many ties.
+    // Lines of 2520 and 4104: past the selection's bound (`keep · len` comparisons), so a radix
+    // sort — a block per line at 2520 (three tiles of 1024, the last partial), in every dtype; a
+    // block per tile at 4104 (five tiles, the last of 8 elements) — both directions, values and
+    // positions, many ties.
     for dtype in [
         "f64", "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "bool",
     ] {
@@ -230,24 +245,26 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
             let exe = Executable::new(lower(&g).unwrap()).unwrap();
             let mut dev = Emu::new("long_sort", &exe);
             let d = g.inputs[0].dtype;
-            let x = awkward(d, 420, 9);
-            // The same values as [2, 2520] (awkward makes [n, 4, 3]).
-            let x = HostTensor {
-                shape: vec![2, 2520],
-                ..x
-            };
-            let what = format!("{op} {dtype} {args}");
-            assert_eq!(
-                exact(&what, &mut dev, &exe, &g, &x),
-                0,
-                "{what}: on the host"
-            );
-            let radix = dev
-                .launched
-                .iter()
-                .filter(|f| f.ends_with("_block"))
-                .count();
-            assert_eq!(radix, 2, "{what}: {:?}", dev.launched);
+            // Tiles share the keys and the placing with the block form: in a few dtypes, odd
+            // and even pass counts (f16 3, f32 4, i64 8, bool 1).
+            let tiles = ["f16", "f32", "i64", "bool"].contains(&dtype);
+            let forms = [(2520, "_block", 2), (4104, "_tiled", 2 * phases(d))];
+            for (len, part, launches) in forms.into_iter().take(1 + usize::from(tiles)) {
+                // The same values as [2, len] (awkward makes [n, 4, 3]).
+                let x = HostTensor {
+                    shape: vec![2, len],
+                    ..awkward(d, len / 6, 9)
+                };
+                let what = format!("{op} {dtype} {args} of {len}");
+                dev.launched.clear();
+                assert_eq!(
+                    exact(&what, &mut dev, &exe, &g, &x),
+                    0,
+                    "{what}: on the host"
+                );
+                let radix = dev.launched.iter().filter(|f| f.ends_with(part)).count();
+                assert_eq!(radix, launches, "{what}: {:?}", dev.launched);
+            }
         }
     }
     // topk of many, and lines across the middle dimension (an inner stride); the function is

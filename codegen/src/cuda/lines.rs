@@ -17,7 +17,11 @@
 //! (shared-memory atomics) and places tiles of [`RADIX_ROWS`] × `THREADS` elements in order: an
 //! element's place is its digit's next position, plus the tile's elements of that digit in
 //! earlier rows and warps (per-warp counts, prefix-summed per digit), plus those of earlier
-//! lanes of its warp (`__match_any_sync`) — four barriers a tile.
+//! lanes of its warp (`__match_any_sync`) — four barriers a tile. For few long lines
+//! ([`sort_by_tiles`]) the `tiled` function spreads a line's tiles over blocks instead,
+//! launched in [`phases`]: the keys; per pass each tile's digit counts, each tile's first
+//! position of each digit (a block a line), each tile placed; the gather. Both are
+//! `templates/radix.cu`.
 
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
@@ -36,6 +40,16 @@ pub const SORT_WORK: i64 = 1 << 16;
 pub const SCAN_ITEMS: i64 = 8;
 /// Rows of `THREADS` elements in a tile of the radix sort (each thread holds one of each).
 pub const RADIX_ROWS: i64 = 4;
+/// Elements in a tile of the radix sort.
+pub const RADIX_TILE: i64 = RADIX_ROWS * THREADS;
+
+/// Whether a radix sort of `lines` lines of `len` elements spreads each line's tiles over
+/// blocks (`tiled`, in phases) rather than a block per line walking them in turn: for few long
+/// lines (a sampler's batch of vocabularies), which a block a line would leave on a few SMs.
+/// A speed choice from the actual sizes; both give the same order.
+pub fn sort_by_tiles(lines: i64, len: i64) -> bool {
+    lines < 512 && len >= 4 * RADIX_TILE
+}
 
 // The radix sort's 256 digit counts are spread evenly over the threads, and warps are whole.
 const _: () = assert!(256 % THREADS == 0 && THREADS % 32 == 0);
@@ -149,19 +163,54 @@ pub(super) fn render(
     ctx.insert("descending", &descending);
     ctx.insert("indices", &indices);
     let selection = render(&ctx);
-    // The radix sort: the same context, the workspace (keys and positions, twice) added.
-    let bytes = format!("32*(({})*({}))", p.env.text(lines), p.env.text(len));
-    let (radix_c, radix_params) = with_workspace((params_c, params.clone()), bytes);
-    ctx.insert("params", &radix_c.join(", "));
-    ctx.insert("mode", "radix");
+    // The radix sorts: the same context, the workspace (keys and positions, twice; for tiles,
+    // then each tile's first position of each digit: at most 2·len + 2048 bytes a line) added.
     let (key, lo, hi) = radix_key(input_dtype);
     ctx.insert("key", key);
     ctx.insert("lo", &lo);
     ctx.insert("hi", &hi);
+    ctx.insert("passes", &radix_passes(input_dtype));
     ctx.insert("rows", &RADIX_ROWS);
     ctx.insert("warps", &(THREADS / 32));
+    let radix = |ctx: &mut tera::Context, mode: &str, bytes: String| {
+        let (mut radix_c, mut radix_params) =
+            with_workspace((params_c.clone(), params.clone()), bytes);
+        if mode == "tiles" {
+            let at = radix_c.len() - 1;
+            radix_c.insert(at, "long long gl_phase".into());
+            radix_params.insert(at, Param::Phase);
+        }
+        ctx.insert("params", &radix_c.join(", "));
+        ctx.insert("mode", mode);
+        let text = tera
+            .render("radix.cu", ctx)
+            .map(|t| t + "\n")
+            .expect("radix template");
+        (text, radix_params)
+    };
+    let (l, n) = (p.env.text(lines), p.env.text(len));
+    let (block, block_params) = radix(&mut ctx, "block", format!("32*(({l})*({n}))"));
+    let (tiles, tiles_params) = radix(&mut ctx, "tiles", format!("34*(({l})*({n})) + 2048*({l})"));
     vec![
         (Part::Write, selection, params),
-        (Part::Block, render(&ctx), radix_params),
+        (Part::Block, block, block_params),
+        (Part::Tiled, tiles, tiles_params),
     ]
+}
+
+/// The passes of 8-bit digits a radix sort of `dtype` keys makes.
+fn radix_passes(dtype: DType) -> u32 {
+    let (_, lo, hi) = radix_key(dtype);
+    (hi - lo).div_ceil(8)
+}
+
+/// How many times the launcher launches `part` of scan or sort `buf` (of `program`): the
+/// tiled radix sort's phases (the keys; three a pass; the gather), else once.
+pub fn phases(program: &Program, buf: &guardless_ir::loop_ir::Buffer, part: Part) -> usize {
+    match (&buf.kind, part) {
+        (BufferKind::Sort { input, .. }, Part::Tiled) => {
+            3 * radix_passes(program.buffers[input.index()].dtype) as usize + 2
+        }
+        _ => 1,
+    }
 }

@@ -33,6 +33,7 @@ const REDUCTION: &str = include_str!("../../../templates/reduction.cu");
 const PER_ELEMENT: &str = include_str!("../../../templates/per_element.cu");
 const SELECT: &str = include_str!("../../../templates/select.cu");
 const LINES: &str = include_str!("../../../templates/lines.cu");
+const RADIX: &str = include_str!("../../../templates/radix.cu");
 const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
 
 /// A kernel parameter, in order.
@@ -76,7 +77,7 @@ pub enum EntryOf {
 /// The functions of a library step done on the device, in launch order: a scatter (`index_put`)
 /// is `copy` then `write`; a select (`nonzero`, `masked_select`) is `count`, `scan`, then
 /// `write`; a scan or a sort is `write` (a thread per line) or `block` (a block per line: few or
-/// long lines).
+/// long lines), a sort also `tiled` (a block per tile of a line: few long lines).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {
@@ -92,7 +93,8 @@ pub enum Part {
     /// A block per line. Sort: a stable radix sort through the workspace. Scan: tiles of runs
     /// summed by threads, their totals scanned across the block.
     Block,
-    /// Grouped matmul: a block per output tile of one group's rows.
+    /// A block per tile. Grouped matmul: of the output, in one group's rows. Sort: of a line,
+    /// the radix sort in phases (few long lines).
     Tiled,
 }
 
@@ -182,6 +184,7 @@ fn engine() -> Tera {
         ("select.cu", SELECT),
         ("grouped_mm.cu", GROUPED_MM),
         ("lines.cu", LINES),
+        ("radix.cu", RADIX),
     ] {
         t.add_raw_template(name, text)
             .unwrap_or_else(|e| panic!("template {name}: {e}"));
@@ -319,6 +322,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         let buffer = p.buffers[b.index()].name.clone();
         let _ = writeln!(source);
         for (part, text, params) in parts {
+            let phases = lines::phases(p, &p.buffers[b.index()], part);
             let name = format!("{kind}_{}_{}", &pointers[b.index()][2..], part.name());
             let f = text.replace(ENTRY, &name);
             source.push_str(&f);
@@ -332,7 +336,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 unit: 0,
                 params,
                 generated: true,
-                phases: 1,
+                phases,
             });
         }
     }

@@ -57,7 +57,7 @@ impl<D: Device> Session<'_, D> {
                 );
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
-                if self.device_lines(dev_, id, write, part(Part::Block))? =>
+                if self.device_lines(dev_, id, write, part(Part::Block), part(Part::Tiled))? =>
             {
                 return Ok(());
             }
@@ -216,16 +216,20 @@ impl<D: Device> Session<'_, D> {
     }
 
     /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan
-    /// of few or long lines, a sort of more than `SORT_WORK` comparisons a line (by radix;
-    /// `false`, nothing done, when there is no such function).
+    /// of few or long lines, a sort of more than `SORT_WORK` comparisons a line (by radix) —
+    /// or for such a sort of few long lines a block per tile of a line (`tiled`, in phases).
+    /// `false`, nothing done, when a long sort has no radix function.
     fn device_lines(
         &mut self,
         dev_: &mut D,
         id: BufferId,
         write: usize,
         block: Option<usize>,
+        tiled: Option<usize>,
     ) -> Result<bool, LaunchError> {
-        use guardless_codegen::cuda::lines::{scan_by_block, SORT_WORK, THREADS};
+        use guardless_codegen::cuda::lines::{
+            scan_by_block, sort_by_tiles, RADIX_TILE, SORT_WORK, THREADS,
+        };
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         let bad = |message: String| fail(buf, message);
@@ -240,8 +244,10 @@ impl<D: Device> Session<'_, D> {
         let len = sizes[dim];
         let inner: i64 = sizes[dim + 1..].iter().product();
         let lines: i64 = sizes[..dim].iter().product::<i64>() * inner;
-        let by_block = match take {
-            None => scan_by_block(lines, len, inner),
+        // The function, and its grid.
+        let (entry, grid) = match take {
+            None if scan_by_block(lines, len, inner) && block.is_some() => (block, lines),
+            None => (Some(write), blocks(lines, THREADS)),
             Some(take) => {
                 let keep = match take {
                     Some(k) => self.eval(buf, k)?,
@@ -250,17 +256,20 @@ impl<D: Device> Session<'_, D> {
                 if keep < 0 || keep > len {
                     return Err(bad(format!("selected {keep} of {len} elements")));
                 }
-                if keep.saturating_mul(len) > SORT_WORK && block.is_none() {
-                    return Ok(false);
+                if keep.saturating_mul(len) <= SORT_WORK {
+                    (Some(write), blocks(lines, THREADS))
+                } else if sort_by_tiles(lines, len) && tiled.is_some() {
+                    (tiled, lines * ((len + RADIX_TILE - 1) / RADIX_TILE))
+                } else {
+                    (block, lines)
                 }
-                keep.saturating_mul(len) > SORT_WORK
             }
         };
+        let Some(entry) = entry else {
+            return Ok(false);
+        };
         self.allocate(dev_, id)?;
-        match block {
-            Some(block) if by_block => self.launch(dev_, block, lines, THREADS, &bad)?,
-            _ => self.launch(dev_, write, blocks(lines, THREADS), THREADS, &bad)?,
-        }
+        self.launch(dev_, entry, grid, THREADS, &bad)?;
         Ok(true)
     }
 

@@ -1,0 +1,212 @@
+{%- macro keys(rows, threads, key, descending) %}
+    // Keys in the host's order (descending: inverted, so a stable ascending sort keeps ties in
+    // line order), and each element's position.
+    for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+      const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+      if (gl_j >= gl_len) break;
+      const auto gl_v = gl_ld(gl_in, (gl_o * gl_len + gl_j) * gl_inner + gl_i);
+      const unsigned long long gl_kv = {{ key }};
+      gl_keys[0][gl_j] = {% if descending %}~gl_kv{% else %}gl_kv{% endif %};
+      gl_pos[0][gl_j] = gl_j;
+    }
+{%- endmacro keys %}
+{%- macro place(rows, threads, warps, first) %}
+    // The tile at gl_t0 ({{ rows }} rows of {{ threads }}, in line order) placed: an element
+    // goes to its digit's first position for the tile, plus the tile's elements of its digit in
+    // earlier rows and warps (per-warp counts, prefix-summed per digit), plus those of earlier
+    // lanes of its warp (__match_any_sync). gl_tile_count gets the tile's count of each digit.
+    {
+      const int gl_lane = threadIdx.x % 32, gl_warp = threadIdx.x / 32;
+      __shared__ int gl_warp_count[{{ rows }} * {{ warps }} * 256];
+      __syncthreads();
+      for (int gl_q = threadIdx.x; gl_q < {{ rows }} * {{ warps }} * 256; gl_q += {{ threads }}) gl_warp_count[gl_q] = 0;
+      __syncthreads();
+      unsigned long long gl_k[{{ rows }}];
+      int gl_d[{{ rows }}];
+      int gl_rank[{{ rows }}];
+#pragma unroll
+      for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+        const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+        gl_k[gl_r] = gl_j < gl_len ? gl_sk[gl_j] : 0;
+        // Past the line's end: digit 256, which no element has.
+        gl_d[gl_r] = gl_j < gl_len ? (int)((gl_k[gl_r] >> gl_bit) & 255) : 256;
+        const unsigned gl_peers = __match_any_sync(0xffffffffu, gl_d[gl_r]);
+        gl_rank[gl_r] = __popc(gl_peers & ((1u << gl_lane) - 1u));
+        if (gl_d[gl_r] < 256 && gl_rank[gl_r] == 0) gl_warp_count[(gl_r * {{ warps }} + gl_warp) * 256 + gl_d[gl_r]] = __popc(gl_peers);
+      }
+      __syncthreads();
+      for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) {
+        int gl_before = 0;
+        for (int gl_q = 0; gl_q < {{ rows }} * {{ warps }}; ++gl_q) {
+          const int gl_c = gl_warp_count[gl_q * 256 + gl_dd];
+          gl_warp_count[gl_q * 256 + gl_dd] = gl_before;
+          gl_before += gl_c;
+        }
+        gl_tile_count[gl_dd] = gl_before;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+        const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+        if (gl_j < gl_len) {
+          const int gl_dg = gl_d[gl_r];
+          const unsigned long long gl_at = {{ first }} + gl_warp_count[(gl_r * {{ warps }} + gl_warp) * 256 + gl_dg] + gl_rank[gl_r];
+          gl_dk[gl_at] = gl_k[gl_r];
+          gl_dp[gl_at] = gl_sp[gl_j];
+        }
+      }
+    }
+{%- endmacro place %}
+{%- macro gather(indices, out) %}
+    {
+      const long long gl_at = (gl_o * gl_keep + gl_t) * gl_inner + gl_i;
+{%- if indices %}
+      {{ out }}[gl_at] = gl_order[gl_t];
+{%- else %}
+      {{ out }}[gl_at] = gl_in[(gl_o * gl_len + gl_order[gl_t]) * gl_inner + gl_i];
+{%- endif %}
+    }
+{%- endmacro gather %}
+// {{ name }}: {{ nodes }}
+// sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}: a stable least-significant-digit radix sort of 8-bit digits over key bits [{{ lo }}, {{ hi }}), {{ passes }} passes, keys and positions moving between two halves of the line's workspace; {% if mode == "tiles" %}a block per tile of {{ rows * threads }} elements of a line, launched {{ passes * 3 + 2 }} times (gl_phase): the keys; per pass, each tile's digit counts, then (a block per line) each tile's first position of each digit, then each tile placed; the first {{ keep }} gathered{% else %}a block per line, its tiles one after another{% endif %}
+extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+{{ symbols }}
+  const auto* gl_in = {{ input }};
+  const long long gl_lines = {{ lines }};
+  const long long gl_inner = {{ inner }};
+  const long long gl_len = {{ len }};
+  const long long gl_keep = {{ keep }};
+{%- if mode == "tiles" %}
+  const long long gl_tiles = (gl_len + {{ rows * threads }} - 1) / {{ rows * threads }};
+  if (gl_tiles == 0) return;
+  const long long gl_line = (long long)blockIdx.x / gl_tiles, gl_tile = (long long)blockIdx.x % gl_tiles;
+{%- else %}
+  const long long gl_line = blockIdx.x;
+{%- endif %}
+  if (gl_line >= gl_lines) return;
+  const long long gl_o = gl_line / gl_inner;
+  const long long gl_i = gl_line % gl_inner;
+  // The line's workspace: keys and positions, twice (picked by a select, not an index, so the
+  // pointers stay in registers).
+  unsigned long long* gl_keys[2];
+  long long* gl_pos[2];
+  {
+    unsigned long long* gl_w = reinterpret_cast<unsigned long long*>(gl_work_bytes) + gl_line * gl_len * 4;
+    gl_keys[0] = gl_w;
+    gl_pos[0] = reinterpret_cast<long long*>(gl_w + gl_len);
+    gl_keys[1] = gl_w + 2 * gl_len;
+    gl_pos[1] = reinterpret_cast<long long*>(gl_w + 3 * gl_len);
+  }
+  __shared__ int gl_tile_count[256];
+{%- if mode == "tiles" %}
+  // Past every line's keys: each tile's count (then first position) of each digit.
+  unsigned long long* gl_first = reinterpret_cast<unsigned long long*>(gl_work_bytes) + gl_lines * gl_len * 4 + gl_line * gl_tiles * 256;
+  const long long gl_t0 = gl_tile * {{ rows * threads }};
+  if (gl_phase == 0) {
+{{ self::keys(rows=rows, threads=threads, key=key, descending=descending) }}
+    return;
+  }
+  const int gl_pass = (int)((gl_phase - 1) / 3), gl_step = (int)((gl_phase - 1) % 3);
+  const int gl_src = gl_pass & 1;
+  if (gl_pass == {{ passes }}) {
+    const long long* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
+    for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+      const long long gl_t = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+      if (gl_t >= gl_keep) break;
+{{ self::gather(indices=indices, out=out) }}
+    }
+    return;
+  }
+  const int gl_bit = {{ lo }} + 8 * gl_pass;
+  const unsigned long long* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
+  const long long* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
+  unsigned long long* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
+  long long* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
+  if (gl_step == 0) {
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_tile_count[gl_d] = 0;
+    __syncthreads();
+    for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
+      const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
+      if (gl_j < gl_len) atomicAdd(&gl_tile_count[(gl_sk[gl_j] >> gl_bit) & 255], 1);
+    }
+    __syncthreads();
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_first[gl_tile * 256 + gl_d] = gl_tile_count[gl_d];
+  } else if (gl_step == 1) {
+    // The line's block (its first tile's): a digit's first position in a tile is the line's
+    // elements of smaller digits, plus the earlier tiles' elements of that digit.
+    if (gl_tile != 0) return;
+    __shared__ unsigned long long gl_total[256];
+    __shared__ unsigned long long gl_s[{{ threads }}];
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) {
+      unsigned long long gl_run = 0;
+      for (long long gl_t = 0; gl_t < gl_tiles; ++gl_t) {
+        const unsigned long long gl_c = gl_first[gl_t * 256 + gl_d];
+        gl_first[gl_t * 256 + gl_d] = gl_run;
+        gl_run += gl_c;
+      }
+      gl_total[gl_d] = gl_run;
+    }
+    __syncthreads();
+    // The threads divide 256: each scans a run of digits.
+    const int gl_per = 256 / {{ threads }};
+    unsigned long long gl_run = 0;
+    for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += gl_total[threadIdx.x * gl_per + gl_q];
+    gl_s[threadIdx.x] = gl_run;
+    gl_block_scan(gl_s, {{ threads }});
+    unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
+    for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
+      const int gl_d = threadIdx.x * gl_per + gl_q;
+      for (long long gl_t = 0; gl_t < gl_tiles; ++gl_t) gl_first[gl_t * 256 + gl_d] += gl_at;
+      gl_at += gl_total[gl_d];
+    }
+  } else {
+{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_first[gl_tile * 256 + gl_dg]") }}
+  }
+{%- else %}
+  for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
+{{ self::keys(rows=rows, threads=threads, key=key, descending=descending) }}
+  }
+  // A digit's first position in the pass (the line's counts of the smaller digits), then its
+  // next one as the tiles go by.
+  __shared__ unsigned long long gl_next[256];
+  __shared__ unsigned long long gl_s[{{ threads }}];
+  int gl_src = 0;
+  for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 8, gl_src ^= 1) {
+    const unsigned long long* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
+    const long long* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
+    unsigned long long* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
+    long long* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
+    __syncthreads();
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_next[gl_d] = 0;
+    __syncthreads();
+    for (long long gl_j = threadIdx.x; gl_j < gl_len; gl_j += {{ threads }}) atomicAdd(&gl_next[(gl_sk[gl_j] >> gl_bit) & 255], 1ull);
+    // Exclusive prefix sums of the 256 counts: a block scan of each thread's run of them (the
+    // threads divide 256).
+    __syncthreads();
+    {
+      const int gl_per = 256 / {{ threads }};
+      unsigned long long gl_run = 0;
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += gl_next[threadIdx.x * gl_per + gl_q];
+      gl_s[threadIdx.x] = gl_run;
+      gl_block_scan(gl_s, {{ threads }});
+      unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
+      __syncthreads();
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
+        const unsigned long long gl_c = gl_next[threadIdx.x * gl_per + gl_q];
+        gl_next[threadIdx.x * gl_per + gl_q] = gl_at;
+        gl_at += gl_c;
+      }
+    }
+    for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
+{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_next[gl_dg]") }}
+      __syncthreads();
+      for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) gl_next[gl_dd] += gl_tile_count[gl_dd];
+    }
+  }
+  __syncthreads();
+  const long long* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
+  for (long long gl_t = threadIdx.x; gl_t < gl_keep; gl_t += {{ threads }}) {
+{{ self::gather(indices=indices, out=out) }}
+  }
+{%- endif %}
+}
