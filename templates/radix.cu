@@ -66,7 +66,7 @@
       {{ out }}[gl_at] = gl_in[(gl_o * gl_len + gl_order[gl_t]) * gl_inner + gl_i];
 {%- endif %}
     }
-{%- endmacro gather %}
+{%- endmacro gather -%}
 // {{ name }}: {{ nodes }}
 // sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}: a stable least-significant-digit radix sort of 8-bit digits over key bits [{{ lo }}, {{ hi }}), {{ passes }} passes, keys and positions moving between two halves of the line's workspace; {% if mode == "tiles" %}a block per tile of {{ rows * threads }} elements of a line, launched {{ passes * 3 + 2 }} times (gl_phase): the keys; per pass, each tile's digit counts, then (a block per line) each tile's first position of each digit, then each tile placed; the first {{ keep }} gathered{% else %}a block per line, its tiles one after another{% endif %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {

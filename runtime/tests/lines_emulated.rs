@@ -119,12 +119,17 @@ fn cumsum_matches_the_host_bit_for_bit() {
 }
 
 #[test]
-fn few_or_long_cumsum_lines_run_a_block_each() {
-    // Two lines of 5000 (three tiles, the last partial) along the last dimension, and three of
-    // 700 an inner stride apart: a block per line, the same sums in another order — integers
-    // exact, floats within a last place of the output (or the double sums' own error).
+fn few_or_long_cumsum_lines_run_a_block_each_or_a_block_a_tile() {
+    // Two lines of 5000 (three tiles of 2048, the last partial) along the last dimension, and
+    // three of 700 an inner stride apart: a block per line; two of 9000 (five tiles): a block
+    // per tile, in three launches. The same sums in another order — integers exact, floats
+    // within a last place of the output (or the double sums' own error).
     for dtype in ["f64", "f32", "bf16", "f16", "i64", "i32"] {
-        for (shape, dim, n) in [(r#"[2, "n"]"#, -1, 5000usize), (r#"["n", 3]"#, 0, 700)] {
+        for (shape, dim, n, part, launches) in [
+            (r#"[2, "n"]"#, -1, 5000usize, "_block", 1),
+            (r#"["n", 3]"#, 0, 700, "_block", 1),
+            (r#"[2, "n"]"#, -1, 9000, "_tiled", 3),
+        ] {
             let g = Graph::from_json(&format!(
                 r#"{{"format": "guardless-graph", "version": 1, "name": "long_cumsum",
                 "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
@@ -143,17 +148,16 @@ fn few_or_long_cumsum_lines_run_a_block_each() {
             let what = format!("cumsum {dtype} {shape} dim {dim}");
             assert_eq!(host_steps, 0, "{what}");
             // (Besides the kernel realizing the scan's input.)
-            let block = dev
+            let ran: Vec<_> = dev
                 .launched
                 .iter()
-                .filter(|f| f.ends_with("_block"))
-                .count();
-            let write = dev
-                .launched
-                .iter()
-                .filter(|f| f.ends_with("_write"))
-                .count();
-            assert_eq!((block, write), (1, 0), "{what}: {:?}", dev.launched);
+                .filter(|f| f.starts_with("scan_"))
+                .collect();
+            assert!(
+                ran.len() == launches && ran.iter().all(|f| f.ends_with(part)),
+                "{what}: {:?}",
+                dev.launched
+            );
             let (out, x) = (&got[0], &inputs[0]);
             assert_eq!(out.shape, want[0].shape, "{what}");
             // Each element's line position and the magnitude of the terms summed so far.

@@ -4,9 +4,11 @@
 //!
 //! A scan keeps its running sum in double (integers: long long) and rounds each output once, as
 //! the host does. A thread per line (`write`) adds in the host's order, bit for bit; the
-//! `block` function, for few or long lines ([`scan_by_block`]), gives a line a block: tiles of
+//! `block` function, for few or long lines ([`scan_form`]), gives a line a block: tiles of
 //! `THREADS` runs of [`SCAN_ITEMS`], each run summed by its thread and the runs' totals scanned
-//! across the block — the same sums in another order (integers exact).
+//! across the block — the same sums in another order (integers exact). For few lines of several
+//! tiles the `tiled` function gives each tile a block, in three launches: the tiles' totals,
+//! their exclusive sums (a block a line), the tiles scanned after them.
 //!
 //! A short sort is a selection: the `t`-th output is the first element, in the order, that
 //! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past
@@ -54,16 +56,23 @@ pub fn sort_by_tiles(lines: i64, len: i64) -> bool {
 // The radix sort's 256 digit counts are spread evenly over the threads, and warps are whole.
 const _: () = assert!(256 % THREADS == 0 && THREADS % 32 == 0);
 
-/// Whether a scan of `lines` lines of `len` elements, `inner` apart, runs a block per line. A
-/// thread per line walks `len` elements one after another, which only pays when there are lines
-/// enough to fill the GPU (2¹⁵ threads and more); then the block only wins for long contiguous
-/// lines, which one thread would read alone. A speed choice from the actual sizes: either way
-/// computes the same sums (in a different order).
-pub fn scan_by_block(lines: i64, len: i64, inner: i64) -> bool {
-    if lines < 1 << 15 {
-        len >= 64
+/// Elements in a tile of the block-per-line and tiled scans.
+pub const SCAN_TILE: i64 = SCAN_ITEMS * THREADS;
+
+/// How a scan of `lines` lines of `len` elements, `inner` apart, runs: a thread per line
+/// (`Write`), a block per line (`Block`) or a block per tile of a line (`Tiled`, in three
+/// phases). A thread per line walks `len` elements one after another, which only pays when there
+/// are lines enough to fill the GPU (2¹⁵ threads and more); then a block a line only wins for
+/// long contiguous lines, which one thread would read alone. Few lines of several tiles (a
+/// sampler's batch of vocabularies) are spread over blocks by tiles. A speed choice from the
+/// actual sizes: every form computes the same sums (in its own order).
+pub fn scan_form(lines: i64, len: i64, inner: i64) -> Part {
+    if lines < 64 && len >= 4 * SCAN_TILE {
+        Part::Tiled
+    } else if (lines < 1 << 15 && len >= 64) || (inner == 1 && len >= 1024) {
+        Part::Block
     } else {
-        inner == 1 && len >= 1024
+        Part::Write
     }
 }
 
@@ -150,13 +159,28 @@ pub(super) fn render(
             .map(|t| t + "\n")
             .expect("lines template")
     };
+    let (l, n) = (p.env.text(lines), p.env.text(len));
+    // A workspace, and for the functions launched in phases, the phase; before the error flag.
+    let with_phases = |bytes: String| {
+        let (mut c, mut params) = with_workspace((params_c.clone(), params.clone()), bytes);
+        let at = c.len() - 1;
+        c.insert(at, "long long gl_phase".into());
+        params.insert(at, Param::Phase);
+        (c, params)
+    };
     let Some((descending, _, indices)) = sort else {
         ctx.insert("mode", "scan");
         let by_thread = render(&ctx);
         ctx.insert("mode", "scan_block");
+        let by_block = render(&ctx);
+        // Each tile's total: 8 bytes a tile of 2048 (1 byte an element is more), and 8 a line.
+        let (tiles_c, tiles_params) = with_phases(format!("({l})*({n}) + 8*({l})"));
+        ctx.insert("params", &tiles_c.join(", "));
+        ctx.insert("mode", "scan_tiles");
         return vec![
             (Part::Write, by_thread, params.clone()),
-            (Part::Block, render(&ctx), params),
+            (Part::Block, by_block, params.clone()),
+            (Part::Tiled, render(&ctx), tiles_params),
         ];
     };
     ctx.insert("mode", "sort");
@@ -173,13 +197,11 @@ pub(super) fn render(
     ctx.insert("rows", &RADIX_ROWS);
     ctx.insert("warps", &(THREADS / 32));
     let radix = |ctx: &mut tera::Context, mode: &str, bytes: String| {
-        let (mut radix_c, mut radix_params) =
-            with_workspace((params_c.clone(), params.clone()), bytes);
-        if mode == "tiles" {
-            let at = radix_c.len() - 1;
-            radix_c.insert(at, "long long gl_phase".into());
-            radix_params.insert(at, Param::Phase);
-        }
+        let (radix_c, radix_params) = if mode == "tiles" {
+            with_phases(bytes)
+        } else {
+            with_workspace((params_c.clone(), params.clone()), bytes)
+        };
         ctx.insert("params", &radix_c.join(", "));
         ctx.insert("mode", mode);
         let text = tera
@@ -188,7 +210,6 @@ pub(super) fn render(
             .expect("radix template");
         (text, radix_params)
     };
-    let (l, n) = (p.env.text(lines), p.env.text(len));
     let (block, block_params) = radix(&mut ctx, "block", format!("32*(({l})*({n}))"));
     let (tiles, tiles_params) = radix(&mut ctx, "tiles", format!("34*(({l})*({n})) + 2048*({l})"));
     vec![
@@ -205,12 +226,14 @@ fn radix_passes(dtype: DType) -> u32 {
 }
 
 /// How many times the launcher launches `part` of scan or sort `buf` (of `program`): the
-/// tiled radix sort's phases (the keys; three a pass; the gather), else once.
+/// tiled radix sort's phases (the keys; three a pass; the gather), the tiled scan's three (the
+/// tiles' totals; their exclusive sums; the tiles), else once.
 pub fn phases(program: &Program, buf: &guardless_ir::loop_ir::Buffer, part: Part) -> usize {
     match (&buf.kind, part) {
         (BufferKind::Sort { input, .. }, Part::Tiled) => {
             3 * radix_passes(program.buffers[input.index()].dtype) as usize + 2
         }
+        (BufferKind::Scan { .. }, Part::Tiled) => 3,
         _ => 1,
     }
 }

@@ -217,7 +217,7 @@ impl<D: Device> Session<'_, D> {
 
     /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan
     /// of few or long lines, a sort of more than `SORT_WORK` comparisons a line (by radix) —
-    /// or for such a sort of few long lines a block per tile of a line (`tiled`, in phases).
+    /// or for few lines of several tiles a block per tile of a line (`tiled`, in phases).
     /// `false`, nothing done, when a long sort has no radix function.
     fn device_lines(
         &mut self,
@@ -228,7 +228,7 @@ impl<D: Device> Session<'_, D> {
         tiled: Option<usize>,
     ) -> Result<bool, LaunchError> {
         use guardless_codegen::cuda::lines::{
-            scan_by_block, sort_by_tiles, RADIX_TILE, SORT_WORK, THREADS,
+            scan_form, sort_by_tiles, RADIX_TILE, SCAN_TILE, SORT_WORK, THREADS,
         };
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
@@ -246,8 +246,13 @@ impl<D: Device> Session<'_, D> {
         let lines: i64 = sizes[..dim].iter().product::<i64>() * inner;
         // The function, and its grid.
         let (entry, grid) = match take {
-            None if scan_by_block(lines, len, inner) && block.is_some() => (block, lines),
-            None => (Some(write), blocks(lines, THREADS)),
+            None => match scan_form(lines, len, inner) {
+                Part::Tiled if tiled.is_some() => {
+                    (tiled, lines * ((len + SCAN_TILE - 1) / SCAN_TILE))
+                }
+                Part::Tiled | Part::Block if block.is_some() => (block, lines),
+                _ => (Some(write), blocks(lines, THREADS)),
+            },
             Some(take) => {
                 let keep = match take {
                     Some(k) => self.eval(buf, k)?,
