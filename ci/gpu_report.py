@@ -49,6 +49,22 @@ BLOCKS = {
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
+def top_p(logits):
+    s = torch.softmax(logits, -1).sort(-1, descending=True)
+    return s.values.cumsum(-1), s.indices
+
+
+def moe_experts(x, router, w):
+    eid = (x @ router).argmax(1)
+    s = eid.sort()
+    offs = torch.histc(eid.float(), bins=w.shape[0], min=0, max=w.shape[0] - 1).cumsum(0).to(torch.int32)
+    return torch._grouped_mm(x[s.indices], w, offs=offs)
+
+
+# Library steps (tests/graphs), against eager PyTorch only.
+LIBRARY = {"top_p": top_p, "moe_experts": moe_experts}
+
+
 def inputs_of(graph, n):
     out = []
     for inp in graph["inputs"]:
@@ -121,6 +137,27 @@ def main():
             f"{g('unbacked_over_static'):>6.2f}{g('gb_per_s'):>7.0f}{100 * g('gb_per_s') / ceiling:>6.0f}"
             f"{g('eager_us'):>9.1f}{g('compile_backed_us'):>9.1f}{g('compile_unbacked_us'):>9.1f}"
         )
+    library(a.out)
+
+
+def library(out):
+    """guardless bench's µs (bench-<graph>.json) beside eager PyTorch's, at the sizes benched."""
+    print("\nlibrary steps, µs per call (median); g/e = guardless/eager")
+    print(f"{'graph':<13}{'n':>6}{'guardless':>11}{'eager':>9}{'g/e':>6}")
+    for name, fn in LIBRARY.items():
+        graph = json.load(open(os.path.join("tests/graphs", f"{name}.json")))
+        try:
+            rows = json.load(open(os.path.join(out, f"bench-{name}.json")))["rows"]
+        except (OSError, ValueError, KeyError):
+            rows = []
+        for r in rows:
+            try:
+                eager = timed(fn, inputs_of(graph, r["size"]))
+            except Exception as e:  # an op PyTorch lacks here is a row entry, not a crash
+                print(f"{name} n={r['size']} eager: {type(e).__name__}: {e}", file=sys.stderr)
+                eager = float("nan")
+            ours = r.get("unbacked_us", float("nan"))
+            print(f"{name:<13}{r['size']:>6}{ours:>11.1f}{eager:>9.1f}{ours / eager:>6.2f}")
 
 
 if __name__ == "__main__":
