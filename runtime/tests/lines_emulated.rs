@@ -23,7 +23,7 @@ use guardless_runtime::launch::{Executable, Inputs};
 fn graph(dtype: &str, node: &str, outputs: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "lines",
-        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 4096}}],
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
         "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 4, 3]}}],
         "nodes": [{node}],
         "outputs": {outputs}}}"#
@@ -296,4 +296,19 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
         assert!(dev.launched.iter().any(|f| f.ends_with("_block")), "{node}");
         assert!(dev.launched.iter().any(|f| f.ends_with("_write")), "{node}");
     }
+    // The top 3000 of 12 lines of 4100 an inner stride apart: a block per tile.
+    let g = graph(
+        "bf16",
+        r#"{"name": "s", "op": "aten.topk.default", "args": {"self": {"tensor": "x"}, "k": 3000, "dim": 0, "largest": false}}"#,
+        r#"[{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]"#,
+    );
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("long_sort_tiles_inner", &exe);
+    let x = awkward(DType::BF16, 4100, 10);
+    assert_eq!(exact("tiled topk", &mut dev, &exe, &g, &x), 0);
+    assert!(
+        dev.launched.iter().all(|f| f.ends_with("_tiled")),
+        "{:?}",
+        dev.launched
+    );
 }
