@@ -1,4 +1,4 @@
-{%- macro keys(rows, threads, key, descending) %}
+{%- macro keys(rows, threads, key, descending, key_t, pos_t) %}
     // Keys in the host's order (descending: inverted, so a stable ascending sort keeps ties in
     // line order), and each element's position.
     for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
@@ -6,11 +6,11 @@
       if (gl_j >= gl_len) break;
       const auto gl_v = gl_ld(gl_in, (gl_o * gl_len + gl_j) * gl_inner + gl_i);
       const unsigned long long gl_kv = {{ key }};
-      gl_keys[0][gl_j] = {% if descending %}~gl_kv{% else %}gl_kv{% endif %};
-      gl_pos[0][gl_j] = gl_j;
+      gl_keys[0][gl_j] = ({{ key_t }})({% if descending %}~gl_kv{% else %}gl_kv{% endif %});
+      gl_pos[0][gl_j] = ({{ pos_t }})gl_j;
     }
 {%- endmacro keys %}
-{%- macro place(rows, threads, warps, first) %}
+{%- macro place(rows, threads, warps, first, key_t) %}
     // The tile at gl_t0 ({{ rows }} rows of {{ threads }}, in line order) placed: an element
     // goes to its digit's first position for the tile, plus the tile's elements of its digit in
     // earlier rows and warps (per-warp counts, prefix-summed per digit), plus those of earlier
@@ -21,7 +21,7 @@
       __syncthreads();
       for (int gl_q = threadIdx.x; gl_q < {{ rows }} * {{ warps }} * 256; gl_q += {{ threads }}) gl_warp_count[gl_q] = 0;
       __syncthreads();
-      unsigned long long gl_k[{{ rows }}];
+      {{ key_t }} gl_k[{{ rows }}];
       int gl_d[{{ rows }}];
       int gl_rank[{{ rows }}];
 #pragma unroll
@@ -86,30 +86,30 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   if (gl_line >= gl_lines) return;
   const long long gl_o = gl_line / gl_inner;
   const long long gl_i = gl_line % gl_inner;
-  // The line's workspace: keys and positions, twice (picked by a select, not an index, so the
-  // pointers stay in registers).
-  unsigned long long* gl_keys[2];
-  long long* gl_pos[2];
+  // The line's workspace: keys twice, then positions twice ({{ 2 * (key_bytes + pos_bytes) }} bytes an element,
+  // each array aligned); picked by a select, not an index, so the pointers stay in registers.
+  {{ key_t }}* gl_keys[2];
+  {{ pos_t }}* gl_pos[2];
   {
-    unsigned long long* gl_w = reinterpret_cast<unsigned long long*>(gl_work_bytes) + gl_line * gl_len * 4;
-    gl_keys[0] = gl_w;
-    gl_pos[0] = reinterpret_cast<long long*>(gl_w + gl_len);
-    gl_keys[1] = gl_w + 2 * gl_len;
-    gl_pos[1] = reinterpret_cast<long long*>(gl_w + 3 * gl_len);
+    char* gl_w = gl_work_bytes + gl_line * gl_len * {{ 2 * (key_bytes + pos_bytes) }};
+    gl_keys[0] = reinterpret_cast<{{ key_t }}*>(gl_w);
+    gl_keys[1] = gl_keys[0] + gl_len;
+    gl_pos[0] = reinterpret_cast<{{ pos_t }}*>(gl_w + 2 * gl_len * {{ key_bytes }});
+    gl_pos[1] = gl_pos[0] + gl_len;
   }
   __shared__ int gl_tile_count[256];
 {%- if mode == "tiles" %}
   // Past every line's keys: each tile's count (then first position) of each digit.
-  unsigned long long* gl_first = reinterpret_cast<unsigned long long*>(gl_work_bytes) + gl_lines * gl_len * 4 + gl_line * gl_tiles * 256;
+  unsigned long long* gl_first = reinterpret_cast<unsigned long long*>(gl_work_bytes + gl_lines * gl_len * {{ 2 * (key_bytes + pos_bytes) }}) + gl_line * gl_tiles * 256;
   const long long gl_t0 = gl_tile * {{ rows * threads }};
   if (gl_phase == 0) {
-{{ self::keys(rows=rows, threads=threads, key=key, descending=descending) }}
+{{ self::keys(rows=rows, threads=threads, key=key, descending=descending, key_t=key_t, pos_t=pos_t) }}
     return;
   }
   const int gl_pass = (int)((gl_phase - 1) / 3), gl_step = (int)((gl_phase - 1) % 3);
   const int gl_src = gl_pass & 1;
   if (gl_pass == {{ passes }}) {
-    const long long* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
+    const {{ pos_t }}* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
     for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
       const long long gl_t = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
       if (gl_t >= gl_keep) break;
@@ -118,10 +118,10 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     return;
   }
   const int gl_bit = {{ lo }} + 8 * gl_pass;
-  const unsigned long long* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
-  const long long* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
-  unsigned long long* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
-  long long* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
+  const {{ key_t }}* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
+  const {{ pos_t }}* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
+  {{ key_t }}* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
+  {{ pos_t }}* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
   if (gl_step == 0) {
     for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_tile_count[gl_d] = 0;
     __syncthreads();
@@ -160,11 +160,11 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       gl_at += gl_total[gl_d];
     }
   } else {
-{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_first[gl_tile * 256 + gl_dg]") }}
+{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_first[gl_tile * 256 + gl_dg]", key_t=key_t) }}
   }
 {%- else %}
   for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
-{{ self::keys(rows=rows, threads=threads, key=key, descending=descending) }}
+{{ self::keys(rows=rows, threads=threads, key=key, descending=descending, key_t=key_t, pos_t=pos_t) }}
   }
   // A digit's first position in the pass (the line's counts of the smaller digits), then its
   // next one as the tiles go by.
@@ -172,10 +172,10 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   __shared__ unsigned long long gl_s[{{ threads }}];
   int gl_src = 0;
   for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 8, gl_src ^= 1) {
-    const unsigned long long* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
-    const long long* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
-    unsigned long long* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
-    long long* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
+    const {{ key_t }}* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
+    const {{ pos_t }}* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
+    {{ key_t }}* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
+    {{ pos_t }}* gl_dp = (gl_src ? gl_pos[0] : gl_pos[1]);
     __syncthreads();
     for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_next[gl_d] = 0;
     __syncthreads();
@@ -198,13 +198,13 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       }
     }
     for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
-{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_next[gl_dg]") }}
+{{ self::place(rows=rows, threads=threads, warps=warps, first="gl_next[gl_dg]", key_t=key_t) }}
       __syncthreads();
       for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) gl_next[gl_dd] += gl_tile_count[gl_dd];
     }
   }
   __syncthreads();
-  const long long* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
+  const {{ pos_t }}* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
   for (long long gl_t = threadIdx.x; gl_t < gl_keep; gl_t += {{ threads }}) {
 {{ self::gather(indices=indices, out=out) }}
   }

@@ -286,13 +286,17 @@ fn select_functions_compile_for_sm90() {
 fn scan_and_sort_functions_compile_for_sm90() {
     let Some(include) = toolchain() else { return };
     let options = nvrtc::options("sm_90", &include);
-    for dtype in ["f32", "bf16", "f16", "f64", "i64", "i32", "i8", "u8"] {
+    // Lines that stay under 2³¹ (32-bit radix positions), and lines without a bound (64-bit).
+    for (dtype, max) in ["f32", "bf16", "f16", "f64", "i64", "i32", "i8", "u8"]
+        .into_iter()
+        .flat_map(|d| [(d, r#", "max": 1000000"#), (d, "")])
+    {
         let m = cuda_of(&format!(
             r#"{{"format": "guardless-graph", "version": 1, "name": "lines",
-            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 1000000}}],
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0{max}}}],
             "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 8]}}],
             "nodes": [{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": 0}}}},
-                      {{"name": "t", "op": "aten.topk.default", "args": {{"self": {{"tensor": "x"}}, "k": 2}}}}],
+                      {{"name": "t", "op": "aten.topk.default", "args": {{"self": {{"tensor": "x"}}, "k": 2, "dim": 0}}}}],
             "outputs": [{{"tensor": "c"}}, {{"tensor": "t", "index": 0}}, {{"tensor": "t", "index": 1}}]}}"#
         ));
         let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();

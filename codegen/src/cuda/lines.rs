@@ -15,7 +15,8 @@
 //! [`SORT_WORK`] comparisons the launcher runs the `block` function instead: a block per line,
 //! a stable least-significant-digit radix sort of 8-bit digits of keys whose unsigned order is
 //! the host's (`gl_sort_key`: NaN above every number, −0.0 equal to 0.0; inverted for
-//! descending), through 32 bytes of workspace per element. A pass counts the line's digits
+//! descending), through 16 bytes of workspace per element (32-bit keys and positions; 24 or 32
+//! with 64-bit keys, or lines that may pass 2³¹). A pass counts the line's digits
 //! (shared-memory atomics) and places tiles of [`RADIX_ROWS`] × `THREADS` elements in order: an
 //! element's place is its digit's next position, plus the tile's elements of that digit in
 //! earlier rows and warps (per-warp counts, prefix-summed per digit), plus those of earlier
@@ -190,6 +191,21 @@ pub(super) fn render(
     // The radix sorts: the same context, the workspace (keys and positions, twice; for tiles,
     // then each tile's first position of each digit: at most 2·len + 2048 bytes a line) added.
     let (key, lo, hi) = radix_key(input_dtype);
+    // Keys of 32 bits when they fit; positions of 32 bits when every length does.
+    let key_bytes: i64 = if hi <= 32 { 4 } else { 8 };
+    let pos_bytes: i64 = if p.env.bound(len).hi < 1 << 31 { 4 } else { 8 };
+    ctx.insert("key_bytes", &key_bytes);
+    ctx.insert("pos_bytes", &pos_bytes);
+    ctx.insert(
+        "key_t",
+        if key_bytes == 4 {
+            "unsigned"
+        } else {
+            "unsigned long long"
+        },
+    );
+    ctx.insert("pos_t", if pos_bytes == 4 { "int" } else { "long long" });
+    let per_element = 2 * (key_bytes + pos_bytes);
     ctx.insert("key", key);
     ctx.insert("lo", &lo);
     ctx.insert("hi", &hi);
@@ -210,8 +226,10 @@ pub(super) fn render(
             .expect("radix template");
         (text, radix_params)
     };
-    let (block, block_params) = radix(&mut ctx, "block", format!("32*(({l})*({n}))"));
-    let (tiles, tiles_params) = radix(&mut ctx, "tiles", format!("34*(({l})*({n})) + 2048*({l})"));
+    let block_bytes = format!("{per_element}*(({l})*({n}))");
+    let (block, block_params) = radix(&mut ctx, "block", block_bytes);
+    let tiles_bytes = format!("{}*(({l})*({n})) + 2048*({l})", per_element + 2);
+    let (tiles, tiles_params) = radix(&mut ctx, "tiles", tiles_bytes);
     vec![
         (Part::Write, selection, params),
         (Part::Block, block, block_params),
