@@ -57,6 +57,25 @@
       }
     }
 {%- endmacro place %}
+{%- macro exclusive_digits(counts, threads) %}
+    // {{ counts }}[d] becomes the sum of the counts of the digits below d: a block scan of each
+    // thread's run of them (the threads divide 256).
+    __syncthreads();
+    {
+      const int gl_per = 256 / {{ threads }};
+      unsigned long long gl_run = 0;
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += {{ counts }}[threadIdx.x * gl_per + gl_q];
+      gl_s[threadIdx.x] = gl_run;
+      gl_block_scan(gl_s, {{ threads }});
+      unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
+      for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
+        const unsigned long long gl_c = {{ counts }}[threadIdx.x * gl_per + gl_q];
+        {{ counts }}[threadIdx.x * gl_per + gl_q] = gl_at;
+        gl_at += gl_c;
+      }
+    }
+    __syncthreads();
+{%- endmacro exclusive_digits %}
 {%- macro gather(indices, out) %}
     {
       const long long gl_at = (gl_o * gl_keep + gl_t) * gl_inner + gl_i;
@@ -146,19 +165,9 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       }
       gl_total[gl_d] = gl_run;
     }
-    __syncthreads();
-    // The threads divide 256: each scans a run of digits.
-    const int gl_per = 256 / {{ threads }};
-    unsigned long long gl_run = 0;
-    for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += gl_total[threadIdx.x * gl_per + gl_q];
-    gl_s[threadIdx.x] = gl_run;
-    gl_block_scan(gl_s, {{ threads }});
-    unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
-    for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
-      const int gl_d = threadIdx.x * gl_per + gl_q;
-      for (long long gl_t = 0; gl_t < gl_tiles; ++gl_t) gl_first[gl_t * 256 + gl_d] += gl_at;
-      gl_at += gl_total[gl_d];
-    }
+{{ self::exclusive_digits(counts="gl_total", threads=threads) }}
+    for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }})
+      for (long long gl_t = 0; gl_t < gl_tiles; ++gl_t) gl_first[gl_t * 256 + gl_d] += gl_total[gl_d];
   } else {
 {{ self::place(rows=rows, threads=threads, warps=warps, first="gl_first[gl_tile * 256 + gl_dg]", key_t=key_t) }}
   }
@@ -180,23 +189,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     for (int gl_d = threadIdx.x; gl_d < 256; gl_d += {{ threads }}) gl_next[gl_d] = 0;
     __syncthreads();
     for (long long gl_j = threadIdx.x; gl_j < gl_len; gl_j += {{ threads }}) atomicAdd(&gl_next[(gl_sk[gl_j] >> gl_bit) & 255], 1ull);
-    // Exclusive prefix sums of the 256 counts: a block scan of each thread's run of them (the
-    // threads divide 256).
-    __syncthreads();
-    {
-      const int gl_per = 256 / {{ threads }};
-      unsigned long long gl_run = 0;
-      for (int gl_q = 0; gl_q < gl_per; ++gl_q) gl_run += gl_next[threadIdx.x * gl_per + gl_q];
-      gl_s[threadIdx.x] = gl_run;
-      gl_block_scan(gl_s, {{ threads }});
-      unsigned long long gl_at = gl_s[threadIdx.x] - gl_run;
-      __syncthreads();
-      for (int gl_q = 0; gl_q < gl_per; ++gl_q) {
-        const unsigned long long gl_c = gl_next[threadIdx.x * gl_per + gl_q];
-        gl_next[threadIdx.x * gl_per + gl_q] = gl_at;
-        gl_at += gl_c;
-      }
-    }
+{{ self::exclusive_digits(counts="gl_next", threads=threads) }}
     for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
 {{ self::place(rows=rows, threads=threads, warps=warps, first="gl_next[gl_dg]", key_t=key_t) }}
       __syncthreads();
