@@ -1,15 +1,34 @@
 {%- macro keys(rows, threads, key, descending, key_t, pos_t) %}
     // Keys in the host's order (descending: inverted, so a stable ascending sort keeps ties in
-    // line order), and each element's position.
+    // line order), and each element's position; the keys' bitwise or and and (gl_or, gl_and).
     for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
       const long long gl_j = gl_t0 + gl_r * {{ threads }} + threadIdx.x;
       if (gl_j >= gl_len) break;
       const auto gl_v = gl_ld(gl_in, (gl_o * gl_len + gl_j) * gl_inner + gl_i);
       const unsigned long long gl_kv = {{ key }};
-      gl_keys[0][gl_j] = ({{ key_t }})({% if descending %}~gl_kv{% else %}gl_kv{% endif %});
+      const {{ key_t }} gl_kk = ({{ key_t }})({% if descending %}~gl_kv{% else %}gl_kv{% endif %});
+      gl_keys[0][gl_j] = gl_kk;
       gl_pos[0][gl_j] = ({{ pos_t }})gl_j;
+      gl_or |= gl_kk;
+      gl_and &= gl_kk;
     }
 {%- endmacro keys %}
+{%- macro bits(key_t) %}
+    // The block's or and and of its keys: gl_bits[0], gl_bits[1].
+    __shared__ {{ key_t }} gl_bits[2];
+    if (threadIdx.x == 0) { gl_bits[0] = 0; gl_bits[1] = ~({{ key_t }})0; }
+    __syncthreads();
+    atomicOr(&gl_bits[0], gl_or);
+    atomicAnd(&gl_bits[1], gl_and);
+    __syncthreads();
+{%- endmacro bits %}
+{%- macro varying(lo, passes) %}
+    // The passes whose digit differs between two keys (bit q: pass q); the others move nothing
+    // and are skipped.
+    unsigned gl_varying = 0;
+    for (int gl_q = 0; gl_q < {{ passes }}; ++gl_q)
+      if ((gl_vary >> ({{ lo }} + 8 * gl_q)) & 255) gl_varying |= 1u << gl_q;
+{%- endmacro varying %}
 {%- macro place(rows, threads, warps, first, key_t) %}
     // The tile at gl_t0 ({{ rows }} rows of {{ threads }}, in line order) placed: an element
     // goes to its digit's first position for the tile, plus the tile's elements of its digit in
@@ -87,7 +106,7 @@
     }
 {%- endmacro gather -%}
 // {{ name }}: {{ nodes }}
-// sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}: a stable least-significant-digit radix sort of 8-bit digits over key bits [{{ lo }}, {{ hi }}), {{ passes }} passes, keys and positions moving between two halves of the line's workspace; {% if mode == "tiles" %}a block per tile of {{ rows * threads }} elements of a line, launched {{ passes * 3 + 2 }} times (gl_phase): the keys; per pass, each tile's digit counts, then (a block per line) each tile's first position of each digit, then each tile placed; the first {{ keep }} gathered{% else %}a block per line, its tiles one after another{% endif %}
+// sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}: a stable least-significant-digit radix sort of 8-bit digits over key bits [{{ lo }}, {{ hi }}), {{ passes }} passes (those whose digit is the same in every key skipped), keys and positions moving between two halves of the line's workspace; {% if mode == "tiles" %}a block per tile of {{ rows * threads }} elements of a line, launched {{ passes * 3 + 2 }} times (gl_phase): the keys; per pass, each tile's digit counts, then (a block per line) each tile's first position of each digit, then each tile placed; the first {{ keep }} gathered{% else %}a block per line, its tiles one after another{% endif %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const auto* gl_in = {{ input }};
@@ -118,15 +137,32 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   }
   __shared__ int gl_tile_count[256];
 {%- if mode == "tiles" %}
-  // Past every line's keys: each tile's count (then first position) of each digit.
-  unsigned long long* gl_first = reinterpret_cast<unsigned long long*>(gl_work_bytes + gl_lines * gl_len * {{ 2 * (key_bytes + pos_bytes) }}) + gl_line * gl_tiles * 256;
+  // Past every line's keys, per line: each tile's count (then first position) of each digit;
+  // each tile's or and and of its keys; the bits that differ between the line's keys.
+  unsigned long long* gl_first = reinterpret_cast<unsigned long long*>(gl_work_bytes + gl_lines * gl_len * {{ 2 * (key_bytes + pos_bytes) }}) + gl_line * (gl_tiles * 258 + 1);
+  unsigned long long* gl_tile_bits = gl_first + gl_tiles * 256;
+  unsigned long long* gl_line_vary = gl_tile_bits + gl_tiles * 2;
   const long long gl_t0 = gl_tile * {{ rows * threads }};
   if (gl_phase == 0) {
+    {{ key_t }} gl_or = 0, gl_and = ~({{ key_t }})0;
 {{ self::keys(rows=rows, threads=threads, key=key, descending=descending, key_t=key_t, pos_t=pos_t) }}
+{{ self::bits(key_t=key_t) }}
+    if (threadIdx.x == 0) { gl_tile_bits[2 * gl_tile] = gl_bits[0]; gl_tile_bits[2 * gl_tile + 1] = gl_bits[1]; }
     return;
   }
   const int gl_pass = (int)((gl_phase - 1) / 3), gl_step = (int)((gl_phase - 1) % 3);
-  const int gl_src = gl_pass & 1;
+  // The first pass's per-line step finds the bits that vary (from the tiles'); until the next
+  // launch, nothing is skipped.
+  if (gl_phase == 2 && gl_tile == 0 && threadIdx.x == 0) {
+    unsigned long long gl_o_bits = 0, gl_a_bits = ~0ull;
+    for (long long gl_t = 0; gl_t < gl_tiles; ++gl_t) { gl_o_bits |= gl_tile_bits[2 * gl_t]; gl_a_bits &= gl_tile_bits[2 * gl_t + 1]; }
+    *gl_line_vary = gl_o_bits ^ gl_a_bits;
+  }
+  const unsigned long long gl_vary = gl_phase <= 2 ? ~0ull : *gl_line_vary;
+{{ self::varying(lo=lo, passes=passes) }}
+  if (gl_pass < {{ passes }} && !((gl_varying >> gl_pass) & 1)) return;
+  // Keys are in the first half until a pass runs, then in the other.
+  const int gl_src = __popc(gl_varying & ((1u << gl_pass) - 1u)) & 1;
   if (gl_pass == {{ passes }}) {
     const {{ pos_t }}* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);
     for (int gl_r = 0; gl_r < {{ rows }}; ++gl_r) {
@@ -172,15 +208,20 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ self::place(rows=rows, threads=threads, warps=warps, first="gl_first[gl_tile * 256 + gl_dg]", key_t=key_t) }}
   }
 {%- else %}
+  {{ key_t }} gl_or = 0, gl_and = ~({{ key_t }})0;
   for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ rows * threads }}) {
 {{ self::keys(rows=rows, threads=threads, key=key, descending=descending, key_t=key_t, pos_t=pos_t) }}
   }
+{{ self::bits(key_t=key_t) }}
+  const {{ key_t }} gl_vary = gl_bits[0] ^ gl_bits[1];
   // A digit's first position in the pass (the line's counts of the smaller digits), then its
   // next one as the tiles go by.
   __shared__ unsigned long long gl_next[256];
   __shared__ unsigned long long gl_s[{{ threads }}];
   int gl_src = 0;
-  for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 8, gl_src ^= 1) {
+  for (int gl_bit = {{ lo }}; gl_bit < {{ hi }}; gl_bit += 8) {
+    // A digit every key shares moves nothing: the pass is skipped.
+    if (((gl_vary >> gl_bit) & 255) == 0) continue;
     const {{ key_t }}* gl_sk = (gl_src ? gl_keys[1] : gl_keys[0]);
     const {{ pos_t }}* gl_sp = (gl_src ? gl_pos[1] : gl_pos[0]);
     {{ key_t }}* gl_dk = (gl_src ? gl_keys[0] : gl_keys[1]);
@@ -195,6 +236,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       __syncthreads();
       for (int gl_dd = threadIdx.x; gl_dd < 256; gl_dd += {{ threads }}) gl_next[gl_dd] += gl_tile_count[gl_dd];
     }
+    gl_src ^= 1;
   }
   __syncthreads();
   const {{ pos_t }}* gl_order = (gl_src ? gl_pos[1] : gl_pos[0]);

@@ -226,6 +226,48 @@ fn sort_and_topk_match_the_host() {
 }
 
 #[test]
+fn radix_passes_over_digits_every_key_shares_are_skipped() {
+    // Expert ids (0 to 7: only the lowest digit differs), the same times 256 plus 3 (only the
+    // second), and small whole f32 values (the two low mantissa digits are zero): passes are
+    // skipped, an odd or even number of them, in both radix forms.
+    for (dtype, value) in [
+        (
+            "i64",
+            (|i: usize| (i * 7919 % 8) as f64) as fn(usize) -> f64,
+        ),
+        ("i64", |i| ((i * 7919 % 8) * 256 + 3) as f64),
+        ("f32", |i| (i * 7919 % 50) as f64 - 20.0),
+    ] {
+        for descending in [false, true] {
+            let g = Graph::from_json(&format!(
+                r#"{{"format": "guardless-graph", "version": 1, "name": "shared_digits",
+                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [2, "n"]}}],
+                "nodes": [{{"name": "s", "op": "aten.sort.default", "args": {{"self": {{"tensor": "x"}}, "dim": -1, "descending": {descending}}}}}],
+                "outputs": [{{"tensor": "s", "index": 0}}, {{"tensor": "s", "index": 1}}]}}"#
+            ))
+            .unwrap();
+            let exe = Executable::new(lower(&g).unwrap()).unwrap();
+            let mut dev = Emu::new("shared_digits", &exe);
+            let d = g.inputs[0].dtype;
+            for (len, part) in [(2520, "_block"), (4104, "_tiled")] {
+                let v: Vec<f64> = (0..2 * len).map(value).collect();
+                let x = if d.is_float() {
+                    HostTensor::from_f64(d, &[2, len], &v)
+                } else {
+                    let v: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+                    HostTensor::from_i64(d, &[2, len], &v)
+                };
+                let what = format!("{dtype} descending {descending} of {len}");
+                dev.launched.clear();
+                assert_eq!(exact(&what, &mut dev, &exe, &g, &x), 0, "{what}");
+                assert!(dev.launched.iter().all(|f| f.ends_with(part)), "{what}");
+            }
+        }
+    }
+}
+
+#[test]
 fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
     // Lines of 2520 and 4104: past the selection's bound (`keep · len` comparisons), so a radix
     // sort — a block per line at 2520 (three tiles of 1024, the last partial), in every dtype; a

@@ -15,7 +15,8 @@
 //! [`SORT_WORK`] comparisons the launcher runs the `block` function instead: a block per line,
 //! a stable least-significant-digit radix sort of 8-bit digits of keys whose unsigned order is
 //! the host's (`gl_sort_key`: NaN above every number, −0.0 equal to 0.0; inverted for
-//! descending), through 16 bytes of workspace per element (32-bit keys and positions; 24 or 32
+//! descending; a pass whose digit every key of the line shares is skipped), through 16 bytes
+//! of workspace per element (32-bit keys and positions; 24 or 32
 //! with 64-bit keys, or lines that may pass 2³¹). A pass counts the line's digits
 //! (shared-memory atomics) and places tiles of [`RADIX_ROWS`] × `THREADS` elements in order: an
 //! element's place is its digit's next position, plus the tile's elements of that digit in
@@ -189,7 +190,7 @@ pub(super) fn render(
     ctx.insert("indices", &indices);
     let selection = render(&ctx);
     // The radix sorts: the same context, the workspace (keys and positions, twice; for tiles,
-    // then each tile's first position of each digit: at most 2·len + 2048 bytes a line) added.
+    // then the tiles' digit counts and key bits) added.
     let (key, lo, hi) = radix_key(input_dtype);
     // Keys of 32 bits when they fit; positions of 32 bits when every length does.
     let key_bytes: i64 = if hi <= 32 { 4 } else { 8 };
@@ -228,7 +229,9 @@ pub(super) fn render(
     };
     let block_bytes = format!("{per_element}*(({l})*({n}))");
     let (block, block_params) = radix(&mut ctx, "block", block_bytes);
-    let tiles_bytes = format!("{}*(({l})*({n})) + 2048*({l})", per_element + 2);
+    // Per line: 258 words a tile of 1024 (digit counts, the tile's or and and: under 3 bytes an
+    // element, with one tile more), one (the bits that vary).
+    let tiles_bytes = format!("{}*(({l})*({n})) + 2072*({l})", per_element + 3);
     let (tiles, tiles_params) = radix(&mut ctx, "tiles", tiles_bytes);
     vec![
         (Part::Write, selection, params),

@@ -77,6 +77,8 @@ inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned value) {
   return compare;
 }
 template <class T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <class T> T atomicOr(T* p, T v) { return std::atomic_ref<T>(*p).fetch_or(v); }
+template <class T> T atomicAnd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_and(v); }
 
 inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
