@@ -26,6 +26,36 @@ def compiled(fn, dynamic=None, fallback=False):
     return torch.compile(fn, backend=b, dynamic=dynamic), b
 
 
+class NativeTest(unittest.TestCase):
+    """guardless._native on its own: a backed graph's guards are checked at every call."""
+
+    def setUp(self):
+        if NATIVE:
+            self.skipTest(NATIVE)
+
+    def test_a_call_that_breaks_a_guard_recompiles(self):
+        # x: [s0, 4] + y: [s1, 4] with hint s1 = 1: the lowering broadcasts y and guards s1 == 1.
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "graphs", "guarded_broadcast.json")
+        with open(path) as f:
+            c = _native.compile(f.read())
+
+        def run(x, y):
+            args = [(t.data_ptr(), t.numel() * t.element_size(), "f32", list(t.shape), list(t.stride()))
+                    for t in (x, y)]
+            storages, outs, _ = c.run(args)
+            (kind, k, dtype, shape, strides, offset), = outs
+            self.assertEqual((kind, dtype), ("owned", "f32"))
+            return torch.as_strided(torch.from_numpy(storages[k]).view(torch.float32), shape, strides, offset)
+
+        for n, m, recompiles in [(6, 1, 0), (3, 3, 1), (5, 5, 1), (2, 1, 1)]:
+            x, y = torch.randn(n, 4), torch.randn(m, 4)
+            torch.testing.assert_close(run(x, y), x + y)
+            self.assertEqual(c.recompiles, recompiles, (n, m))
+        # Outside the declared range: an error naming the symbol, never a recompile.
+        with self.assertRaisesRegex(_native.GuardlessError, "s0"):
+            run(torch.randn(1001, 4), torch.randn(1, 4))
+
+
 class BackendTest(unittest.TestCase):
     def setUp(self):
         if NATIVE:

@@ -1,5 +1,6 @@
 //! `guardless._native`: the Rust library inside the Python process. `compile` lowers, schedules
-//! and JIT-compiles a graph once; `CompiledGraph.run` runs it on tensors given by data pointer
+//! and JIT-compiles a graph once (a backed graph again for a call that breaks its guards:
+//! `recompiles` counts those); `CompiledGraph.run` runs it on tensors given by data pointer
 //! (read in place) and hands each output's storage to Python as a NumPy array that owns it, so
 //! neither inputs nor outputs are copied. `compile_cuda` does the same for GPU 0 (`CompiledGpuGraph`:
 //! torch CUDA tensors read in place, outputs copied once on torch's stream into buffers torch
@@ -14,6 +15,7 @@ use guardless_ir::sym::Bindings;
 use guardless_runtime::cpu::{CpuProgram, OutputStorage, RawTensor, RunOptions};
 use guardless_runtime::cuda::CudaProgram;
 use guardless_runtime::launch::{Device, DeviceTensor, Inputs, Session, SessionOptions};
+use guardless_runtime::specialize::{Specializations, Specialized};
 use numpy::PyArray1;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -31,12 +33,30 @@ fn error(e: impl std::fmt::Display) -> PyErr {
     GuardlessError::new_err(e.to_string())
 }
 
-/// A graph compiled for this process's CPU.
+/// A graph compiled for this process's CPU: a backed graph once for every set of sizes its
+/// guards allow (a call that breaks them compiles another specialization and counts a
+/// recompile); an unbacked graph once.
 #[pyclass(frozen, module = "guardless._native")]
 struct CompiledGraph {
     graph: Graph,
-    cpu: CpuProgram,
+    cpu: std::sync::Mutex<Specializations<CpuProgram>>,
+    backend: &'static str,
+    kernels: usize,
     compile_seconds: f64,
+}
+
+/// The specialization of `specs` for `bindings` (compiled now when every one's guards fail).
+fn specialized<'s, A: Specialized>(
+    specs: &'s mut Specializations<A>,
+    bindings: &Bindings,
+    compile: impl FnOnce(guardless_ir::loop_ir::Program) -> Result<A, String>,
+) -> Result<&'s mut A, String> {
+    let sel = specs
+        .select(bindings, |g| {
+            compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(sel.artifact)
 }
 
 /// The graph of the JSON text (docs/graph-format.md) and its loop-level program.
@@ -55,8 +75,10 @@ fn compile(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGraph> {
         let (graph, program) = parse_and_lower(&text)?;
         let cpu = CpuProgram::compile(program).map_err(|e| e.to_string())?;
         Ok(CompiledGraph {
+            backend: cpu.backend(),
+            kernels: cpu.schedule.kernels.len(),
+            cpu: std::sync::Mutex::new(Specializations::new(graph.clone(), cpu)),
             graph,
-            cpu,
             compile_seconds: start.elapsed().as_secs_f64(),
         })
     })
@@ -83,12 +105,19 @@ impl CompiledGraph {
     /// `llvm` (native kernels) or `interpreter`.
     #[getter]
     fn backend(&self) -> &'static str {
-        self.cpu.backend()
+        self.backend
     }
 
+    /// The first specialization's kernels.
     #[getter]
     fn kernels(&self) -> usize {
-        self.cpu.schedule.kernels.len()
+        self.kernels
+    }
+
+    /// Calls that broke every compiled specialization's guards and compiled another.
+    #[getter]
+    fn recompiles(&self) -> usize {
+        self.cpu.lock().map_or(0, |s| s.recompiles())
     }
 
     #[getter]
@@ -139,8 +168,15 @@ impl CompiledGraph {
                     call.0.iter().map(|t| (t.dtype, &t.shape[..])).collect();
                 let bindings = reference::bind_shapes(&self.graph, &shapes, &given)
                     .map_err(|e| e.to_string())?;
+                let mut specs = self
+                    .cpu
+                    .lock()
+                    .map_err(|_| "a previous call panicked".to_string())?;
+                let cpu = specialized(&mut specs, &bindings, |p| {
+                    CpuProgram::compile(p).map_err(|e| e.to_string())
+                })?;
                 // Safety: the caller keeps the tensors alive and unwritten (documented above).
-                unsafe { self.cpu.run_raw(&call.0, &bindings, &RunOptions::default()) }
+                unsafe { cpu.run_raw(&call.0, &bindings, &RunOptions::default()) }
                     .map_err(|e| e.to_string())
             })
             .map_err(|e: String| error(format!("{}: {e}", self.graph.name)))?;
@@ -181,7 +217,7 @@ fn cuda_available() -> bool {
 #[pyclass(frozen, module = "guardless._native")]
 struct CompiledGpuGraph {
     graph: Graph,
-    gpu: std::sync::Mutex<CudaProgram>,
+    gpu: std::sync::Mutex<Specializations<CudaProgram>>,
     kernels: usize,
     arch: String,
     compile_seconds: f64,
@@ -196,10 +232,10 @@ fn compile_cuda(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGpuGraph> 
         let (graph, program) = parse_and_lower(&text)?;
         let gpu = CudaProgram::compile(program).map_err(|e| e.to_string())?;
         Ok(CompiledGpuGraph {
-            graph,
             kernels: gpu.exe.schedule.kernels.len(),
             arch: gpu.arch.clone(),
-            gpu: std::sync::Mutex::new(gpu),
+            gpu: std::sync::Mutex::new(Specializations::new(graph.clone(), gpu)),
+            graph,
             compile_seconds: start.elapsed().as_secs_f64(),
         })
     })
@@ -229,6 +265,12 @@ impl CompiledGpuGraph {
     #[getter]
     fn compile_seconds(&self) -> f64 {
         self.compile_seconds
+    }
+
+    /// Calls that broke every compiled specialization's guards and compiled another.
+    #[getter]
+    fn recompiles(&self) -> usize {
+        self.gpu.lock().map_or(0, |s| s.recompiles())
     }
 
     /// Runs the graph on tensors on GPU 0, queued on `stream` (a `CUstream` handle: torch's
@@ -265,10 +307,14 @@ impl CompiledGpuGraph {
         let fail = |e: String| error(format!("{name}: {e}"));
         let bindings = reference::bind_shapes(&self.graph, &shapes, &given)
             .map_err(|e| fail(e.to_string()))?;
-        let mut gpu = self
+        let mut specs = self
             .gpu
             .lock()
             .map_err(|_| fail("a previous call panicked".into()))?;
+        let gpu = specialized(&mut specs, &bindings, |p| {
+            CudaProgram::compile(p).map_err(|e| e.to_string())
+        })
+        .map_err(fail)?;
         let (exe, dev) = gpu.parts();
         // Safety: torch's stream of the same (primary) context, alive for the call.
         unsafe { dev.use_stream(stream as _) };
