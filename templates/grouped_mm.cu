@@ -63,12 +63,14 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   for (int gl_j = 0; gl_j < {{ frags }}; ++gl_j) nvcuda::wmma::fill_fragment(gl_acc[gl_j], 0.0f);
   for (long long gl_kt = 0; gl_kt < gl_inner && gl_grp >= 0; gl_kt += {{ tk }}) {
     for (int gl_e = threadIdx.x; gl_e < {{ tm }} * {{ tk }}; gl_e += {{ threads }}) {
-      const long long {{ row }} = gl_r0 + gl_e / {{ tk }}, {{ k }} = gl_kt + gl_e % {{ tk }};
-      gl_as[gl_e / {{ tk }}][gl_e % {{ tk }}] = ({{ row }} < gl_r1 && {{ k }} < gl_inner) ? {{ a }}[{{ a_index }}] : {{ elem_zero }};
+      const int gl_ar = {% if a_rows_fastest %}gl_e % {{ tm }}{% else %}gl_e / {{ tk }}{% endif %}, gl_ak = {% if a_rows_fastest %}gl_e / {{ tm }}{% else %}gl_e % {{ tk }}{% endif %};
+      const long long {{ row }} = gl_r0 + gl_ar, {{ k }} = gl_kt + gl_ak;
+      gl_as[gl_ar][gl_ak] = ({{ row }} < gl_r1 && {{ k }} < gl_inner) ? {{ a }}[{{ a_index }}] : {{ elem_zero }};
     }
     for (int gl_e = threadIdx.x; gl_e < {{ tk }} * {{ tn }}; gl_e += {{ threads }}) {
-      const long long {{ k }} = gl_kt + gl_e / {{ tn }}, {{ col }} = gl_c0 + gl_e % {{ tn }};
-      gl_bs[gl_e / {{ tn }}][gl_e % {{ tn }}] = ({{ col }} < gl_cols && {{ k }} < gl_inner) ? {{ b }}[{{ b_index }}] : {{ elem_zero }};
+      const int gl_bk = {% if b_k_fastest %}gl_e % {{ tk }}{% else %}gl_e / {{ tn }}{% endif %}, gl_bc = {% if b_k_fastest %}gl_e / {{ tk }}{% else %}gl_e % {{ tn }}{% endif %};
+      const long long {{ k }} = gl_kt + gl_bk, {{ col }} = gl_c0 + gl_bc;
+      gl_bs[gl_bk][gl_bc] = ({{ col }} < gl_cols && {{ k }} < gl_inner) ? {{ b }}[{{ b_index }}] : {{ elem_zero }};
     }
     __syncthreads();
     for (int gl_kk = 0; gl_kk < {{ tk }}; gl_kk += 16) {
@@ -100,12 +102,14 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     for (int gl_j = 0; gl_j < {{ per }}; ++gl_j) gl_acc[gl_i][gl_j] = 0;
   for (long long gl_kt = 0; gl_kt < gl_inner && gl_grp >= 0; gl_kt += {{ tk }}) {
     for (int gl_e = threadIdx.x; gl_e < {{ tm }} * {{ tk }}; gl_e += {{ threads }}) {
-      const long long {{ row }} = gl_r0 + gl_e / {{ tk }}, {{ k }} = gl_kt + gl_e % {{ tk }};
-      gl_as[gl_e % {{ tk }}][gl_e / {{ tk }}] = ({{ row }} < gl_r1 && {{ k }} < gl_inner) ? ({{ acc }})gl_ld({{ a }}, {{ a_index }}) : ({{ acc }})0;
+      const int gl_ar = {% if a_rows_fastest %}gl_e % {{ tm }}{% else %}gl_e / {{ tk }}{% endif %}, gl_ak = {% if a_rows_fastest %}gl_e / {{ tm }}{% else %}gl_e % {{ tk }}{% endif %};
+      const long long {{ row }} = gl_r0 + gl_ar, {{ k }} = gl_kt + gl_ak;
+      gl_as[gl_ak][gl_ar] = ({{ row }} < gl_r1 && {{ k }} < gl_inner) ? ({{ acc }})gl_ld({{ a }}, {{ a_index }}) : ({{ acc }})0;
     }
     for (int gl_e = threadIdx.x; gl_e < {{ tk }} * {{ tn }}; gl_e += {{ threads }}) {
-      const long long {{ k }} = gl_kt + gl_e / {{ tn }}, {{ col }} = gl_c0 + gl_e % {{ tn }};
-      gl_bs[gl_e / {{ tn }}][gl_e % {{ tn }}] = ({{ col }} < gl_cols && {{ k }} < gl_inner) ? ({{ acc }})gl_ld({{ b }}, {{ b_index }}) : ({{ acc }})0;
+      const int gl_bk = {% if b_k_fastest %}gl_e % {{ tk }}{% else %}gl_e / {{ tn }}{% endif %}, gl_bc = {% if b_k_fastest %}gl_e / {{ tk }}{% else %}gl_e % {{ tn }}{% endif %};
+      const long long {{ k }} = gl_kt + gl_bk, {{ col }} = gl_c0 + gl_bc;
+      gl_bs[gl_bk][gl_bc] = ({{ col }} < gl_cols && {{ k }} < gl_inner) ? ({{ acc }})gl_ld({{ b }}, {{ b_index }}) : ({{ acc }})0;
     }
     __syncthreads();
     const long long gl_steps = gl_inner - gl_kt < {{ tk }} ? gl_inner - gl_kt : {{ tk }};

@@ -89,7 +89,9 @@ fn grouped_forms_match_the_reference_and_bad_offsets_are_errors() {
 fn tiles_cover_groups_of_any_size_in_every_float_dtype() {
     // K = 40 (three steps of 16, the last partial), N = 70 (two column tiles, the last
     // partial); row groups of 0, 100 (two row tiles), 0 and 50 rows, then 20 rows past the last
-    // offset (zeros); and a batch of 3 × 70 rows.
+    // offset (zeros); a batch of 3 × 70 rows; and the row groups again with both operands
+    // transposed (a weight passed as `w.permute(0, 2, 1)`: tiles loaded along the other
+    // dimension).
     for dtype in ["f32", "bf16", "f16", "f64"] {
         let g = Graph::from_json(&format!(
             r#"{{"format": "guardless-graph", "version": 1, "name": "tiles_{dtype}",
@@ -98,10 +100,15 @@ fn tiles_cover_groups_of_any_size_in_every_float_dtype() {
                        {{"name": "w", "dtype": "{dtype}", "shape": [4, 40, 70]}},
                        {{"name": "offs", "dtype": "i32", "shape": [4]}},
                        {{"name": "a3", "dtype": "{dtype}", "shape": [3, 70, 40]}},
-                       {{"name": "b3", "dtype": "{dtype}", "shape": [3, 40, 70]}}],
+                       {{"name": "b3", "dtype": "{dtype}", "shape": [3, 40, 70]}},
+                       {{"name": "xt", "dtype": "{dtype}", "shape": [40, "u0"]}},
+                       {{"name": "wt", "dtype": "{dtype}", "shape": [4, 70, 40]}}],
             "nodes": [{{"name": "rows", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x"}}, "mat2": {{"tensor": "w"}}, "offs": {{"tensor": "offs"}}}}}},
-                      {{"name": "batched", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "b3"}}}}}}],
-            "outputs": [{{"tensor": "rows"}}, {{"tensor": "batched"}}]}}"#
+                      {{"name": "batched", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "a3"}}, "mat2": {{"tensor": "b3"}}}}}},
+                      {{"name": "x_t", "op": "aten.permute.default", "args": {{"self": {{"tensor": "xt"}}, "dims": [1, 0]}}}},
+                      {{"name": "w_t", "op": "aten.permute.default", "args": {{"self": {{"tensor": "wt"}}, "dims": [0, 2, 1]}}}},
+                      {{"name": "rows_t", "op": "aten._grouped_mm.default", "args": {{"self": {{"tensor": "x_t"}}, "mat2": {{"tensor": "w_t"}}, "offs": {{"tensor": "offs"}}}}}}],
+            "outputs": [{{"tensor": "rows"}}, {{"tensor": "batched"}}, {{"tensor": "rows_t"}}]}}"#
         ))
         .unwrap();
         let exe = Executable::new(lower(&g).unwrap()).unwrap();
@@ -117,7 +124,7 @@ fn tiles_cover_groups_of_any_size_in_every_float_dtype() {
             .iter()
             .filter(|f| f.ends_with("_tiled"))
             .count();
-        assert_eq!(tiled, 2, "{dtype}: {:?}", dev.launched);
+        assert_eq!(tiled, 3, "{dtype}: {:?}", dev.launched);
     }
 }
 

@@ -184,6 +184,14 @@ pub(super) fn render(
             ctx.insert(key, &v);
         }
         ctx.insert("mma", &mma);
+        // Consecutive threads load consecutive elements of memory: along k, unless an operand
+        // is contiguous along its other dimension only (a weight passed transposed, as
+        // `w.permute(0, 2, 1)`).
+        let unit = |p: &Program, e: Expr| p.env.pool().as_const(e) == Some(1);
+        let a_rows_fastest = unit(p, la.strides[ra - 2]) && !unit(p, la.strides[ra - 1]);
+        let b_k_fastest = unit(p, lm.strides[rm - 2]) && !unit(p, lm.strides[rm - 1]);
+        ctx.insert("a_rows_fastest", &a_rows_fastest);
+        ctx.insert("b_k_fastest", &b_k_fastest);
         ctx.insert("frags", &(TILE_M * TILE_N / 256 / (THREADS / 32)));
         ctx.insert("elem", super::body::storage_type(buf.dtype));
         let zero = match buf.dtype {
