@@ -313,18 +313,19 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
             }
         }
     }
-    // topk of many, and lines across the middle dimension (an inner stride); the function is
-    // chosen per call: the selection at the smaller size, the radix sort at the larger.
+    // topk and sort of 12 lines across the middle dimension (an inner stride); the function is
+    // chosen per call: the selection at the smaller size (2600 and 2500 comparisons a line),
+    // the radix sort at the larger (5000 and 90000: few lines).
     for (node, outputs, sizes) in [
         (
-            r#"{"name": "s", "op": "aten.topk.default", "args": {"self": {"tensor": "x"}, "k": 250, "dim": 0, "largest": true}}"#,
+            r#"{"name": "s", "op": "aten.topk.default", "args": {"self": {"tensor": "x"}, "k": 10, "dim": 0, "largest": true}}"#,
             r#"[{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]"#,
-            [(7, 260), (8, 300)],
+            [(7, 260), (8, 500)],
         ),
         (
             r#"{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": 0}}"#,
             r#"[{"tensor": "s", "index": 0}]"#,
-            [(7, 100), (8, 300)],
+            [(7, 50), (8, 300)],
         ),
     ] {
         let g = graph("f32", node, outputs);
@@ -337,6 +338,30 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
         }
         assert!(dev.launched.iter().any(|f| f.ends_with("_block")), "{node}");
         assert!(dev.launched.iter().any(|f| f.ends_with("_write")), "{node}");
+    }
+    // 4900 comparisons a line: a radix sort for 2 lines, a selection for 4096 (a thread each).
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "many_lines",
+        "symbols": [{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", 70]}],
+        "nodes": [{"name": "s", "op": "aten.sort.default", "args": {"self": {"tensor": "x"}, "dim": -1}}],
+        "outputs": [{"tensor": "s", "index": 0}, {"tensor": "s", "index": 1}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("many_lines", &exe);
+    for (n, part) in [(2, "_block"), (4096, "_write")] {
+        // The first n · 70 awkward values (awkward makes [m, 4, 3]).
+        let a = awkward(DType::F32, n * 70 / 12 + 1, 12);
+        let v: Vec<f64> = (0..n * 70).map(|i| a.get_f64(i)).collect();
+        let x = HostTensor::from_f64(DType::F32, &[n, 70], &v);
+        dev.launched.clear();
+        assert_eq!(exact(&format!("{n} lines"), &mut dev, &exe, &g, &x), 0);
+        assert!(
+            dev.launched.iter().all(|f| f.ends_with(part)),
+            "{n}: {:?}",
+            dev.launched
+        );
     }
     // The top 3000 of 12 lines of 4100 an inner stride apart: a block per tile.
     let g = graph(

@@ -11,8 +11,8 @@
 //! their exclusive sums (a block a line), the tiles scanned after them.
 //!
 //! A short sort is a selection: the `t`-th output is the first element, in the order, that
-//! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past
-//! [`SORT_WORK`] comparisons the launcher runs the `block` function instead: a block per line,
+//! comes after the `(t − 1)`-th — `keep · len` comparisons per line, no scratch. Past a few
+//! thousand comparisons ([`sort_by_selection`]) the launcher runs the `block` function instead: a block per line,
 //! a stable least-significant-digit radix sort of 8-bit digits of keys whose unsigned order is
 //! the host's (`gl_sort_key`: NaN above every number, −0.0 equal to 0.0; inverted for
 //! descending; a pass whose digit every key of the line shares is skipped), through 16 bytes
@@ -38,8 +38,20 @@ use super::{hoist, Param, Part};
 /// Threads per block; a thread per line.
 pub const THREADS: i64 = 256;
 /// The most comparisons per line (`keep · len`) a selection sort does; above it, the radix sort
-/// runs.
-pub const SORT_WORK: i64 = 1 << 16;
+/// runs. Up to [`SORT_WORK_MANY`] while there are lines enough for a thread each to keep the GPU
+/// busy ([`MANY_LINES`]); else up to [`SORT_WORK_FEW`], since one thread's comparisons follow one
+/// another and a block's radix sort of a few thousand elements is over sooner.
+pub const SORT_WORK_MANY: i64 = 1 << 16;
+pub const SORT_WORK_FEW: i64 = 1 << 12;
+pub const MANY_LINES: i64 = 1 << 12;
+
+/// Whether a sort keeping `keep` of each of `lines` lines of `len` is a selection (a thread per
+/// line) rather than a radix sort. A speed choice from the actual sizes; both give the same
+/// order.
+pub fn sort_by_selection(lines: i64, keep: i64, len: i64) -> bool {
+    let work = keep.saturating_mul(len);
+    work <= SORT_WORK_FEW || (work <= SORT_WORK_MANY && lines >= MANY_LINES)
+}
 /// Elements each thread of a block-per-line scan sums in order (a tile is `THREADS` of them).
 pub const SCAN_ITEMS: i64 = 8;
 /// Rows of `THREADS` elements in a tile of the radix sort (each thread holds one of each).

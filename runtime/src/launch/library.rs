@@ -216,7 +216,7 @@ impl<D: Device> Session<'_, D> {
     }
 
     /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan
-    /// of few or long lines, a sort of more than `SORT_WORK` comparisons a line (by radix) —
+    /// of few or long lines, a sort past the selection's comparisons (by radix) —
     /// or for few lines of several tiles a block per tile of a line (`tiled`, in phases).
     /// `false`, nothing done, when a long sort has no radix function.
     fn device_lines(
@@ -228,7 +228,7 @@ impl<D: Device> Session<'_, D> {
         tiled: Option<usize>,
     ) -> Result<bool, LaunchError> {
         use guardless_codegen::cuda::lines::{
-            scan_form, sort_by_tiles, RADIX_TILE, SCAN_TILE, SORT_WORK, THREADS,
+            scan_form, sort_by_selection, sort_by_tiles, RADIX_TILE, SCAN_TILE, THREADS,
         };
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
@@ -261,7 +261,7 @@ impl<D: Device> Session<'_, D> {
                 if keep < 0 || keep > len {
                     return Err(bad(format!("selected {keep} of {len} elements")));
                 }
-                if keep.saturating_mul(len) <= SORT_WORK {
+                if sort_by_selection(lines, keep, len) {
                     (Some(write), blocks(lines, THREADS))
                 } else if sort_by_tiles(lines, len) && tiled.is_some() {
                     (tiled, lines * ((len + RADIX_TILE - 1) / RADIX_TILE))
