@@ -61,8 +61,12 @@ def moe_experts(x, router, w):
     return torch._grouped_mm(x[s.indices], w, offs=offs)
 
 
-# Library steps (tests/graphs), against eager PyTorch only.
-LIBRARY = {"top_p": top_p, "moe_experts": moe_experts}
+# Library steps (tests/graphs), against eager PyTorch only: the function, and what it is given
+# (made once, untimed): torch's grouped matmul wants its weights column-major.
+LIBRARY = {
+    "top_p": (top_p, lambda *a: a),
+    "moe_experts": (moe_experts, lambda x, r, w: (x, r, w.transpose(-2, -1).contiguous().transpose(-2, -1))),
+}
 
 
 def inputs_of(graph, n):
@@ -144,7 +148,7 @@ def library(out):
     """guardless bench's µs (bench-<graph>.json) beside eager PyTorch's, at the sizes benched."""
     print("\nlibrary steps, µs per call (median); g/e = guardless/eager")
     print(f"{'graph':<13}{'n':>6}{'guardless':>11}{'eager':>9}{'g/e':>6}")
-    for name, fn in LIBRARY.items():
+    for name, (fn, prepare) in LIBRARY.items():
         graph = json.load(open(os.path.join("tests/graphs", f"{name}.json")))
         try:
             rows = json.load(open(os.path.join(out, f"bench-{name}.json")))["rows"]
@@ -152,7 +156,7 @@ def library(out):
             rows = []
         for r in rows:
             try:
-                eager = timed(fn, inputs_of(graph, r["size"]))
+                eager = timed(fn, prepare(*inputs_of(graph, r["size"])))
             except Exception as e:  # an op PyTorch lacks here is a row entry, not a crash
                 print(f"{name} n={r['size']} eager: {type(e).__name__}: {e}", file=sys.stderr)
                 eager = float("nan")
