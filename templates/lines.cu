@@ -37,17 +37,7 @@
 {%- if mode == "scan_block" or mode == "scan_tiles" %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
-  const long long gl_lines = {{ lines }};
-  const long long gl_inner = {{ inner }};
-  const long long gl_len = {{ len }};
-{%- if mode == "scan_tiles" %}
-  const long long gl_tiles = (gl_len + {{ threads * items }} - 1) / {{ threads * items }};
-  if (gl_tiles == 0) return;
-  const long long gl_line = (long long)blockIdx.x / gl_tiles, gl_tile = (long long)blockIdx.x % gl_tiles;
-{%- else %}
-  const long long gl_line = blockIdx.x;
-{%- endif %}
-  if (gl_line >= gl_lines) return;
+{% include "line_block.cu" %}
   const long long gl_base = (gl_line / gl_inner) * gl_len * gl_inner + gl_line % gl_inner;
   __shared__ {{ acc }} gl_s[{{ threads }}];
 {%- if mode == "scan_tiles" %}

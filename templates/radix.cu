@@ -110,18 +110,8 @@
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const auto* gl_in = {{ input }};
-  const long long gl_lines = {{ lines }};
-  const long long gl_inner = {{ inner }};
-  const long long gl_len = {{ len }};
+{% include "line_block.cu" %}
   const long long gl_keep = {{ keep }};
-{%- if mode == "tiles" %}
-  const long long gl_tiles = (gl_len + {{ rows * threads }} - 1) / {{ rows * threads }};
-  if (gl_tiles == 0) return;
-  const long long gl_line = (long long)blockIdx.x / gl_tiles, gl_tile = (long long)blockIdx.x % gl_tiles;
-{%- else %}
-  const long long gl_line = blockIdx.x;
-{%- endif %}
-  if (gl_line >= gl_lines) return;
   const long long gl_o = gl_line / gl_inner;
   const long long gl_i = gl_line % gl_inner;
   // The line's workspace: keys twice, then positions twice ({{ 2 * (key_bytes + pos_bytes) }} bytes an element,

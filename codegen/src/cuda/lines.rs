@@ -186,11 +186,13 @@ pub(super) fn render(
         ctx.insert("mode", "scan");
         let by_thread = render(&ctx);
         ctx.insert("mode", "scan_block");
+        ctx.insert("tile", &0);
         let by_block = render(&ctx);
         // Each tile's total: 8 bytes a tile of 2048 (1 byte an element is more), and 8 a line.
         let (tiles_c, tiles_params) = with_phases(format!("({l})*({n}) + 8*({l})"));
         ctx.insert("params", &tiles_c.join(", "));
         ctx.insert("mode", "scan_tiles");
+        ctx.insert("tile", &SCAN_TILE);
         return vec![
             (Part::Write, by_thread, params.clone()),
             (Part::Block, by_block, params.clone()),
@@ -233,6 +235,7 @@ pub(super) fn render(
         };
         ctx.insert("params", &radix_c.join(", "));
         ctx.insert("mode", mode);
+        ctx.insert("tile", &if mode == "tiles" { RADIX_TILE } else { 0 });
         let text = tera
             .render("radix.cu", ctx)
             .map(|t| t + "\n")

@@ -34,6 +34,7 @@ const PER_ELEMENT: &str = include_str!("../../../templates/per_element.cu");
 const SELECT: &str = include_str!("../../../templates/select.cu");
 const LINES: &str = include_str!("../../../templates/lines.cu");
 const RADIX: &str = include_str!("../../../templates/radix.cu");
+const LINE_BLOCK: &str = include_str!("../../../templates/line_block.cu");
 const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
 
 /// A kernel parameter, in order.
@@ -183,6 +184,7 @@ fn engine() -> Tera {
         ("per_element.cu", PER_ELEMENT),
         ("select.cu", SELECT),
         ("grouped_mm.cu", GROUPED_MM),
+        ("line_block.cu", LINE_BLOCK),
         ("lines.cu", LINES),
         ("radix.cu", RADIX),
     ] {
