@@ -165,4 +165,18 @@ impl<A: Specialized> Specializations<A> {
             recompiled: Some(guard),
         })
     }
+
+    /// [`Specializations::select`] for a `compile` that starts from the graph lowered (the CLI's
+    /// and the Python binding's backends); errors as text.
+    pub fn select_lowered<E: fmt::Display>(
+        &mut self,
+        bindings: &Bindings,
+        compile: impl FnOnce(guardless_ir::loop_ir::Program) -> Result<A, E>,
+    ) -> Result<Selected<'_, A>, String> {
+        self.select(bindings, |g| {
+            compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())
+    }
 }

@@ -191,12 +191,7 @@ fn specialized<'s, A: Specialized, E: std::fmt::Display>(
     bindings: &Bindings,
     compile: impl FnOnce(Program) -> Result<A, E>,
 ) -> Result<&'s mut A, String> {
-    let sel = specs
-        .select(bindings, |g| {
-            compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())
-        })
-        .map_err(|e| e.to_string())?;
+    let sel = specs.select_lowered(bindings, compile)?;
     if let Some(guard) = &sel.recompiled {
         let _ = writeln!(
             out,

@@ -15,7 +15,7 @@ use guardless_ir::sym::Bindings;
 use guardless_runtime::cpu::{CpuProgram, OutputStorage, RawTensor, RunOptions};
 use guardless_runtime::cuda::CudaProgram;
 use guardless_runtime::launch::{Device, DeviceTensor, Inputs, Session, SessionOptions};
-use guardless_runtime::specialize::{Specializations, Specialized};
+use guardless_runtime::specialize::Specializations;
 use numpy::PyArray1;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -43,20 +43,6 @@ struct CompiledGraph {
     backend: &'static str,
     kernels: usize,
     compile_seconds: f64,
-}
-
-/// The specialization of `specs` for `bindings` (compiled now when every one's guards fail).
-fn specialized<'s, A: Specialized>(
-    specs: &'s mut Specializations<A>,
-    bindings: &Bindings,
-    compile: impl FnOnce(guardless_ir::loop_ir::Program) -> Result<A, String>,
-) -> Result<&'s mut A, String> {
-    let sel = specs
-        .select(bindings, |g| {
-            compile(guardless_ir::lower::lower(&g).map_err(|e| e.to_string())?)
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(sel.artifact)
 }
 
 /// The graph of the JSON text (docs/graph-format.md) and its loop-level program.
@@ -172,9 +158,9 @@ impl CompiledGraph {
                     .cpu
                     .lock()
                     .map_err(|_| "a previous call panicked".to_string())?;
-                let cpu = specialized(&mut specs, &bindings, |p| {
-                    CpuProgram::compile(p).map_err(|e| e.to_string())
-                })?;
+                let cpu = specs
+                    .select_lowered(&bindings, CpuProgram::compile)?
+                    .artifact;
                 // Safety: the caller keeps the tensors alive and unwritten (documented above).
                 unsafe { cpu.run_raw(&call.0, &bindings, &RunOptions::default()) }
                     .map_err(|e| e.to_string())
@@ -311,10 +297,10 @@ impl CompiledGpuGraph {
             .gpu
             .lock()
             .map_err(|_| fail("a previous call panicked".into()))?;
-        let gpu = specialized(&mut specs, &bindings, |p| {
-            CudaProgram::compile(p).map_err(|e| e.to_string())
-        })
-        .map_err(fail)?;
+        let gpu = specs
+            .select_lowered(&bindings, CudaProgram::compile)
+            .map_err(fail)?
+            .artifact;
         let (exe, dev) = gpu.parts();
         // Safety: torch's stream of the same (primary) context, alive for the call.
         unsafe { dev.use_stream(stream as _) };
