@@ -1,8 +1,9 @@
 //! `addmm` (a linear layer with a bias) on the CPU emulation of CUDA: a bias row with unit
 //! scales goes to the matmul itself (cuBLASLt's bias epilogue on a GPU), so no kernel runs; an
 //! empty inner dimension leaves the bias in every row (device copies); other scales keep the
-//! bias as a pointwise epilogue kernel. Compared with the reference executor in f32 and bf16,
-//! with the weight transposed as `nn.Linear` stores it, at sizes from 0 up.
+//! bias as a pointwise epilogue kernel, after a product kept in f32 for bf16 operands so the
+//! result rounds once. Compared with the reference executor in f32 and bf16, with the weight
+//! transposed as `nn.Linear` stores it, at sizes from 0 up.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -87,4 +88,37 @@ fn other_scales_keep_the_bias_in_a_kernel() {
     let g = linear("f32", r#"["n", 16]"#, "");
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     assert_eq!(extern_kernels(&exe), [ExternKernel::Mm]);
+}
+
+#[test]
+fn a_bf16_addmm_with_an_epilogue_rounds_once() {
+    // Other scales, and a bias that is not a row: the product leaves the gemm in f32 and the
+    // epilogue rounds once, so with integral inputs (exact sums) the result is the reference's
+    // bit for bit. (Rounded to bf16 before the epilogue too, some were one bf16 step off.)
+    for (bias, extra) in [("[16]", r#", "beta": 2, "alpha": 0.5"#), (r#"["n", 16]"#, "")] {
+        let g = linear("bf16", bias, extra);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mm: Vec<DType> = exe
+            .program
+            .buffers
+            .iter()
+            .filter(|b| matches!(b.kind, BufferKind::Extern { .. }))
+            .map(|b| b.dtype)
+            .collect();
+        assert_eq!(mm, [DType::F32], "{bias}{extra}");
+        let mut dev = Emu::new("linear_bf16_epilogue", &exe);
+        for (n, k) in [(0, 64), (33, 64), (7, 0)] {
+            let what = format!("{bias}{extra} n = {n} k = {k}");
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("n").unwrap(), n);
+            b.set(g.env.symbol_id("k").unwrap(), k);
+            let inputs = differential::integral(differential::random_inputs(&g, &b, 3, (0, 4)));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let (got, host_steps) = emulated::compare(&what, &mut dev, &exe, &g, &inputs, &b);
+            assert_eq!(host_steps, 0, "{what}");
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            assert_eq!(got[0].data, want[0].data, "{what}");
+        }
+        assert!(dev.gemms > 0 && dev.biased == 0);
+    }
 }

@@ -358,6 +358,35 @@ fn addmm_adds_its_bias_in_the_cublaslt_epilogue() {
 }
 
 #[test]
+fn a_16_bit_addmm_with_an_epilogue_rounds_once_on_the_gpu() {
+    if !gpu("a_16_bit_addmm_with_an_epilogue_rounds_once_on_the_gpu") {
+        return;
+    }
+    // cuBLAS stores the bf16/f16 product in f32 and the epilogue kernel rounds once: with
+    // integral inputs (sums exact in f32 in any order) the reference's result bit for bit.
+    for dtype in ["bf16", "f16"] {
+        for (bias, extra) in [("[16]", r#", "beta": 2, "alpha": 0.5"#), (r#"["n", 16]"#, "")] {
+            let g = differential::linear(dtype, bias, extra);
+            let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+            for (n, k) in [(0, 64), (33, 64), (4097, 64), (7, 0)] {
+                let what = format!("linear {dtype} {bias}{extra} n = {n} k = {k}");
+                let mut b = Bindings::new();
+                b.set(g.env.symbol_id("n").unwrap(), n);
+                b.set(g.env.symbol_id("k").unwrap(), k);
+                let inputs = differential::integral(random_inputs(&g, &b, 5, (0, 4)));
+                let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+                let want = reference::run(&g, &inputs, &b).unwrap();
+                let (exe, dev) = gpu.parts();
+                let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+                s.execute(dev).unwrap();
+                assert_eq!(s.host_steps, 0, "{what}");
+                assert_eq!(s.outputs(dev).unwrap()[0].data, want[0].data, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
 fn data_dependent_values_come_back_in_one_download_on_the_gpu() {
     if !gpu("data_dependent_values_come_back_in_one_download_on_the_gpu") {
         return;

@@ -205,9 +205,10 @@ impl BufferKind {
     }
 }
 
-/// Library kernels. Products accumulate exactly and round once to the output dtype. (`addmm`
-/// with a bias row and unit scales is [`ExternKernel::AddMm`]; any other is `mm` with a
-/// pointwise epilogue.)
+/// Library kernels. Products accumulate exactly and round once to the output dtype, which is the
+/// operands' or, for a bf16/f16 `mm` whose result an epilogue still changes, f32. (`addmm` with
+/// a bias row and unit scales is [`ExternKernel::AddMm`]; any other is an f32 `mm` with a
+/// pointwise epilogue that rounds once.)
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum ExternKernel {
     /// `[m, k] @ [k, n]`.

@@ -341,7 +341,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "mm" | "bmm" => {
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "mat2")?);
-            one(matmul(l, n, a, b, name == "bmm", None)?)
+            one(matmul(l, n, a, b, name == "bmm", None, false)?)
         }
         "addmm" => {
             let bias = tensor(l, n, "self")?;
@@ -349,10 +349,12 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let (beta, alpha) = (scalar_arg(n, "beta")?, scalar_arg(n, "alpha")?);
             if is_one(l, beta) && is_one(l, alpha) && bias_is_a_row(l, &bias, &a, &b) {
                 // The library adds it before its one rounding (cuBLASLt's bias epilogue).
-                return one(matmul(l, n, a, b, false, Some(bias))?);
+                return one(matmul(l, n, a, b, false, Some(bias), false)?);
             }
-            let prod = matmul(l, n, a, b, false, None)?;
-            let t = result_type(&[&bias, &prod])?;
+            let t = result_type(&[&bias, &a])?;
+            // The product stays in the compute dtype (f32 for bf16/f16) so the result rounds
+            // once, after the epilogue, as the library's own alpha/beta would.
+            let prod = matmul(l, n, a, b, false, None, true)?;
             let cd = compute_dtype(t);
             // The bias as an epilogue: beta·bias + alpha·(mat1 @ mat2); beta = 0 ignores the bias.
             let beta_zero = matches!(beta, Scalar::Int(e) if l.env.pool().as_const(e) == Some(0))
@@ -1043,7 +1045,8 @@ fn bias_is_a_row(l: &mut Lowerer, bias: &LTensor, a: &LTensor, b: &LTensor) -> b
 }
 
 /// `mm`/`bmm` as an extern kernel over buffers (`addmm` with a `bias` row); the inner sizes must
-/// agree (a runtime assert when they are symbolic).
+/// agree (a runtime assert when they are symbolic). `widened`: the result in the operands'
+/// compute dtype (f32 for bf16/f16) rather than theirs.
 fn matmul(
     l: &mut Lowerer,
     n: &GraphNode,
@@ -1051,6 +1054,7 @@ fn matmul(
     b: LTensor,
     batched: bool,
     bias: Option<LTensor>,
+    widened: bool,
 ) -> R<LTensor> {
     let rank = if batched { 3 } else { 2 };
     if a.sizes.len() != rank || b.sizes.len() != rank {
@@ -1087,7 +1091,12 @@ fn matmul(
         }
     }
     sizes.push(b.sizes[k]);
-    let (dtype, a, b) = (a.dtype, l.as_buffer(a, &n.name), l.as_buffer(b, &n.name));
+    let dtype = if widened {
+        compute_dtype(a.dtype)
+    } else {
+        a.dtype
+    };
+    let (a, b) = (l.as_buffer(a, &n.name), l.as_buffer(b, &n.name));
     let mut inputs = vec![a, b];
     let kernel = match (batched, bias) {
         (true, _) => crate::loop_ir::ExternKernel::Bmm,
@@ -1304,7 +1313,7 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let kt = super::views::permute(k, &[0, 1, 3, 2])?;
     let q3 = super::views::view(l, q.clone(), &[bh, lq, e])?;
     let kt3 = super::views::view(l, kt, &[bh, e, s])?;
-    let scores = matmul(l, n, q3, kt3, true, None)?;
+    let scores = matmul(l, n, q3, kt3, true, None, false)?;
     let scores = super::views::view(l, scores, &[b, hq, lq, s])?;
     let cd = compute_dtype(q.dtype);
     let causal = matches!(n.arg("is_causal"), Some(Arg::Bool(true)));
@@ -1351,6 +1360,6 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let probs = map(l, &[probs], cd, q.dtype, |_, v| v[0])?;
     let p3 = super::views::view(l, probs, &[bh, lq, s])?;
     let v3 = super::views::view(l, v, &[bh, s, ev])?;
-    let out = matmul(l, n, p3, v3, true, None)?;
+    let out = matmul(l, n, p3, v3, true, None, false)?;
     super::views::view(l, out, &[b, hq, lq, ev])
 }

@@ -160,6 +160,21 @@ pub fn random_inputs(graph: &Graph, b: &Bindings, seed: u64, ints: (i64, i64)) -
         .collect()
 }
 
+/// `inputs` with every float scaled by 4 and rounded to an integer: sums of their products are
+/// exact in f32, so a result rounded once to bf16/f16 is the reference's bit for bit.
+pub fn integral(inputs: Vec<HostTensor>) -> Vec<HostTensor> {
+    inputs
+        .into_iter()
+        .map(|t| match &t.data {
+            Data::Float(v) => {
+                let v: Vec<f64> = v.iter().map(|x| (x * 4.0).round()).collect();
+                HostTensor::from_f64(t.dtype, &t.shape, &v)
+            }
+            Data::Int(_) => t,
+        })
+        .collect()
+}
+
 /// [`random_inputs`] of `graph` with its symbol `n` at `n`, and the bindings they give.
 pub fn inputs_at(graph: &Graph, n: i64, seed: u64) -> (Vec<HostTensor>, Bindings) {
     let mut b = Bindings::new();

@@ -524,13 +524,18 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     if let BufferKind::Extern { kernel, inputs } = &buf.kind {
+        let dtype = p.buffers[inputs[0].index()].dtype;
+        // Floats into their own dtype, or bf16/f16 (no bias) into f32.
+        let widened = dtype != buf.dtype
+            && matches!(dtype, DType::F16 | DType::BF16)
+            && buf.dtype == DType::F32
+            && *kernel != ExternKernel::AddMm;
         if matches!(
             kernel,
             ExternKernel::Mm | ExternKernel::AddMm | ExternKernel::Bmm
-        ) && buf.dtype.is_float()
-            && inputs
-                .iter()
-                .all(|i| p.buffers[i.index()].dtype == buf.dtype)
+        ) && dtype.is_float()
+            && (dtype == buf.dtype || widened)
+            && inputs.iter().all(|i| p.buffers[i.index()].dtype == dtype)
         {
             return matmul(st, id, *kernel, inputs);
         }
@@ -595,7 +600,8 @@ fn matmul(
     let pa = st.blocks[st.home[inputs[0].index()]].ptr() as *const u8;
     let pb = st.blocks[st.home[inputs[1].index()]].ptr() as *const u8;
     let po = st.blocks[st.home[id.index()]].ptr();
-    let dtype: DType = buf.dtype;
+    // The operands' dtype (the output's, or narrower: see `library`).
+    let dtype: DType = p.buffers[inputs[0].index()].dtype;
     // addmm's bias row: element j at offset + j * stride.
     let bias = match kernel {
         ExternKernel::AddMm => {
@@ -640,13 +646,13 @@ fn matmul(
             for i in 0..o.rows as isize {
                 for (j, &v) in row.iter().enumerate() {
                     let at = (o.offset + i * o.rs + j as isize * o.cs) as usize;
-                    elements::write(bytes, dtype, at, Either::F(v));
+                    elements::write(bytes, buf.dtype, at, Either::F(v));
                 }
             }
             continue;
         }
         // Layouts were checked against their storage when allocated and read.
-        unsafe { super::matmul::gemm(dtype, (pa, a), (pb, b), (po, o), bias) };
+        unsafe { super::matmul::gemm(dtype, buf.dtype, (pa, a), (pb, b), (po, o), bias) };
     }
     Ok(())
 }

@@ -23,12 +23,14 @@ pub struct Row {
 }
 
 /// `out = a @ b (+ bias)` for one matrix (`a`: m×k, `b`: k×n, `out`: m×n, `bias`: n), each in its
-/// own storage.
+/// own storage. `out_dtype` is `dtype`, or f32 for f16/bf16 operands without a bias (the
+/// product unrounded).
 ///
 /// # Safety
 /// Every element the views address lies inside its storage.
 pub unsafe fn gemm(
     dtype: DType,
+    out_dtype: DType,
     a: (*const u8, Mat),
     b: (*const u8, Mat),
     out: (*mut u8, Mat),
@@ -141,6 +143,16 @@ pub unsafe fn gemm(
                 n as isize,
                 1,
             );
+            if out_dtype == DType::F32 {
+                let po = out.0 as *mut f32;
+                for i in 0..m {
+                    for j in 0..n {
+                        let at = out.1.offset + i as isize * out.1.rs + j as isize * out.1.cs;
+                        *po.offset(at) = wo[i * n + j];
+                    }
+                }
+                return;
+            }
             let po = out.0 as *mut u16;
             for i in 0..m {
                 for j in 0..n {

@@ -350,7 +350,10 @@ impl Device for CudaDevice {
     fn gemm(&mut self, g: &Gemm) -> Result<(), String> {
         let p = g.plan().ok_or("a layout cuBLAS cannot take")?;
         if p.bias.is_none() {
-            return self.blas_gemm(&p, g.dtype, false);
+            return self.blas_gemm(&p, g.dtype, g.out_dtype, false);
+        }
+        if g.out_dtype != g.dtype {
+            return Err("a bias epilogue into a wider output".into());
         }
         let stream = self.stream.raw;
         let done = match &mut self.lt {
@@ -367,16 +370,24 @@ impl Device for CudaDevice {
             for (dst, src, len) in copies {
                 self.copy(dst, src, len)?;
             }
-            return self.blas_gemm(&p, g.dtype, true);
+            return self.blas_gemm(&p, g.dtype, g.dtype, true);
         }
         Ok(())
     }
 }
 
 impl CudaDevice {
-    /// `C = op(A)·op(B)`, or `C += op(A)·op(B)` when `accumulate`.
-    fn blas_gemm(&mut self, p: &BlasGemm, dtype: DType, accumulate: bool) -> Result<(), String> {
+    /// `C = op(A)·op(B)`, or `C += op(A)·op(B)` when `accumulate`; `C` of dtype `out` (the
+    /// operands' `dtype`, or f32 for 16-bit operands: the accumulator stored unrounded).
+    fn blas_gemm(
+        &mut self,
+        p: &BlasGemm,
+        dtype: DType,
+        out: DType,
+        accumulate: bool,
+    ) -> Result<(), String> {
         let (ty, compute) = blas_type(dtype).ok_or("a dtype cuBLAS does not multiply here")?;
+        let (out_ty, _) = blas_type(out).ok_or("a dtype cuBLAS does not store here")?;
         let h = self.blas()?;
         let op = |t: bool| {
             if t {
@@ -411,7 +422,7 @@ impl CudaDevice {
                 p.b.batch_stride,
                 beta,
                 p.c.address as *mut c_void,
-                ty,
+                out_ty,
                 p.c.ld,
                 p.c.batch_stride,
                 p.batch,

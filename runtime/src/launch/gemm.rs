@@ -22,7 +22,10 @@ pub struct Operand {
 /// `c[i] = a[i] · b[i] (+ bias)` for `i < batch` (`a: m × k`, `b: k × n`, `c: m × n`).
 #[derive(Clone, Debug)]
 pub struct Gemm {
+    /// The operands' dtype.
     pub dtype: DType,
+    /// `c`'s dtype: the operands', or f32 for bf16/f16 operands (see [`supported`]).
+    pub out_dtype: DType,
     pub batch: i64,
     pub a: Operand,
     pub b: Operand,
@@ -55,9 +58,15 @@ pub struct BlasGemm {
     pub bias: Option<u64>,
 }
 
-/// The dtypes cuBLAS multiplies here (f32 accumulation for the 16-bit ones).
-pub fn supported(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+/// Whether cuBLAS multiplies operands of dtype `d` into `out` here: floats into their own dtype
+/// (f32 accumulation for the 16-bit ones), or bf16/f16 into f32 (a product an epilogue still
+/// changes before its one rounding).
+pub fn supported(d: DType, out: DType) -> bool {
+    match d {
+        DType::F32 | DType::F64 => out == d,
+        DType::F16 | DType::BF16 => out == d || out == DType::F32,
+        _ => false,
+    }
 }
 
 impl Operand {
@@ -178,6 +187,7 @@ mod tests {
     fn gemm(a: Operand, b: Operand, c: Operand) -> Gemm {
         Gemm {
             dtype: DType::F32,
+            out_dtype: DType::F32,
             batch: 1,
             a,
             b,

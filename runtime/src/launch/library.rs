@@ -17,10 +17,10 @@ impl<D: Device> Session<'_, D> {
             if matches!(
                 kernel,
                 ExternKernel::Mm | ExternKernel::AddMm | ExternKernel::Bmm
-            ) && gemm::supported(buf.dtype)
+            ) && gemm::supported(p.buffers[inputs[0].index()].dtype, buf.dtype)
                 && inputs
                     .iter()
-                    .all(|i| p.buffers[i.index()].dtype == buf.dtype)
+                    .all(|i| p.buffers[i.index()].dtype == p.buffers[inputs[0].index()].dtype)
                 && self.device_matmul(dev_, id, *kernel == ExternKernel::Bmm, inputs)?
             {
                 return Ok(());
@@ -301,8 +301,10 @@ impl<D: Device> Session<'_, D> {
         if sa.len() != 2 + r || sb.len() != 2 + r || so.len() != 2 + r || sa[1 + r] != sb[r] {
             return Err(fail(buf, format!("matmul of {sa:?} by {sb:?} into {so:?}")));
         }
-        let size = buf.dtype.size() as u64;
-        let operand = |addr: u64, off: i64, sizes: &[i64], st: &[i64]| Operand {
+        let dtype = p.buffers[inputs[0].index()].dtype;
+        // Elements of the operands (and the bias), and of the output (which may be wider).
+        let (size, out_size) = (dtype.size() as u64, buf.dtype.size() as u64);
+        let operand = |addr: u64, off: i64, sizes: &[i64], st: &[i64], size: u64| Operand {
             address: addr + off as u64 * size,
             rows: sizes[r],
             cols: sizes[r + 1],
@@ -315,7 +317,8 @@ impl<D: Device> Session<'_, D> {
             Some(&bias) => {
                 let (sizes, off, st) = view(self, bias)?;
                 let (n, stride) = (sizes.last().copied(), st.last().copied());
-                if n != so.last().copied() || (stride != Some(1) && n != Some(1)) {
+                let widened = buf.dtype != dtype;
+                if widened || n != so.last().copied() || (stride != Some(1) && n != Some(1)) {
                     return Ok(false);
                 }
                 Some(self.address(bias, dev_) + off as u64 * size)
@@ -323,11 +326,12 @@ impl<D: Device> Session<'_, D> {
             None => None,
         };
         let g = Gemm {
-            dtype: buf.dtype,
+            dtype,
+            out_dtype: buf.dtype,
             batch: if batched { so[0] } else { 1 },
-            a: operand(self.address(inputs[0], dev_), oa, &sa, &ta),
-            b: operand(self.address(inputs[1], dev_), ob, &sb, &tb),
-            c: operand(out, oo, &so, &to),
+            a: operand(self.address(inputs[0], dev_), oa, &sa, &ta, size),
+            b: operand(self.address(inputs[1], dev_), ob, &sb, &tb, size),
+            c: operand(out, oo, &so, &to, out_size),
             bias,
         };
         if g.batch <= 0 || g.c.rows <= 0 || g.c.cols <= 0 {

@@ -190,11 +190,11 @@ impl Emu {
                     let at = bi * g.c.batch_stride + i * g.c.row_stride + j * g.c.col_stride;
                     let out = unsafe {
                         std::slice::from_raw_parts_mut(
-                            (g.c.address as *mut u8).add(at as usize * d.size()),
-                            d.size(),
+                            (g.c.address as *mut u8).add(at as usize * g.out_dtype.size()),
+                            g.out_dtype.size(),
                         )
                     };
-                    elements::write(out, d, 0, Either::F(acc));
+                    elements::write(out, g.out_dtype, 0, Either::F(acc));
                 }
             }
         }
