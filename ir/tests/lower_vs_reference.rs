@@ -5,7 +5,7 @@
 
 mod differential;
 
-use differential::cases::CASES;
+use differential::cases::{CASES, SCATTER_CASES};
 use differential::*;
 use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
@@ -180,6 +180,7 @@ fn data_dependent_indexing_matches_the_reference_and_checks_bounds() {
             r#"{"self": {"tensor": "w"}, "indices": [{"tensor": "i"}]}"#,
         ),
     ];
+    let cases = [cases, SCATTER_CASES].concat();
     for (k, &(op, args)) in cases.iter().enumerate() {
         let g = one_op(op, args);
         for (s, &u0) in SIZES.iter().enumerate() {

@@ -179,12 +179,16 @@ def _is_size_op(t) -> bool:
     return isinstance(t, torch._ops.OpOverload) and t.name().startswith("aten::sym_") and t.name() not in _RANGE_OPS
 
 
-# Prims that AOT autograd's tracing leaves where torch.export leaves an ATen op: written as that
-# op, arguments renamed.
+# Prims that AOT autograd's tracing leaves where torch.export leaves an ATen op, and library
+# custom ops that compute exactly what an ATen op does: written as that op, arguments renamed.
 _ALIASES = {
     "prims.convert_element_type.default": ("aten._to_copy.default", {"a": "self"}),
     "aten.true_divide.Tensor": ("aten.div.Tensor", {}),
     "aten.true_divide.Scalar": ("aten.div.Scalar", {}),
+    # Hugging Face's experts when torch._grouped_mm is not taken (under export, weights other
+    # than bf16): zeros, then each group's rows `input[start:end] @ weight[g]` (row groups ending
+    # at `offs`), which is `_grouped_mm(input, weight, offs)` with rows past the last offset zero.
+    "transformers.grouped_mm_fallback.default": ("aten._grouped_mm.default", {"input": "self", "weight": "mat2"}),
 }
 
 

@@ -40,6 +40,9 @@ def configs():
                                num_attention_heads=4, max_position_embeddings=256), tf.BertModel),
         "mixtral": (tf.MixtralConfig(**common, **llama_like, num_local_experts=4, num_experts_per_tok=2,
                                      experts_implementation="batched_mm"), tf.MixtralForCausalLM),
+        # Hugging Face's default experts: f32 weights take its grouped-mm fallback custom op.
+        "qwen3_moe": (tf.Qwen3MoeConfig(**common, **llama_like, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                        moe_intermediate_size=32), tf.Qwen3MoeForCausalLM),
     }
 
 

@@ -1,4 +1,4 @@
-"""The corpus (corpus.py): seven architectures, each exported with dynamic batch and sequence,
+"""The corpus (corpus.py): eight architectures, each exported with dynamic batch and sequence,
 backed and unbacked, run by guardless on the CPU backend at three sizes other than the example's
 and compared with eager PyTorch (torch.testing.assert_close). No op may be unsupported. Each is
 also compiled with `torch.compile(backend=guardless.backend)`, with zero fallbacks."""
@@ -55,6 +55,9 @@ class CorpusTest(unittest.TestCase):
 
     def test_mixtral_batched_mm(self):
         self.run_model("mixtral")
+
+    def test_qwen3_moe_through_the_grouped_mm_fallback(self):
+        self.run_model("qwen3_moe")
 
 
 if __name__ == "__main__":

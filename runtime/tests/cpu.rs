@@ -110,6 +110,18 @@ fn every_example_graph_matches_the_reference() {
 }
 
 #[test]
+fn scatters_match_the_reference() {
+    for (k, &(op, args)) in differential::cases::SCATTER_CASES.iter().enumerate() {
+        let g = one_op(op, args);
+        let what = format!("{op} {args}");
+        // Indices in [0, 2): in range once u0 is 2 (scatters down the rows), else both refuse.
+        let compared = check(&what, &g, "u0", &[0, 1, 2, 3, 7, 13, 257], k as u64, false, (0, 2));
+        assert!(compared >= 5, "{what}: compared at only {compared} sizes");
+        check(&what, &g, "u0", &[3, 13], k as u64, false, (-2, 9));
+    }
+}
+
+#[test]
 fn a_data_dependent_error_names_the_buffer() {
     // An embedding lookup with an index past the table: a clean error, not a wild read.
     let g = one_op(

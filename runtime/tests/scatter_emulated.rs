@@ -1,6 +1,6 @@
-//! `index_put` on the device (`codegen::cuda::scatter`), run on the CPU emulation of CUDA and
-//! compared with the reference executor: every dtype, writes and adds, duplicates, several index
-//! tensors, masks, a base read through strides, bad indices, and a recorded call.
+//! `index_put` and `scatter` on the device (`codegen::cuda::scatter`), run on the CPU emulation of
+//! CUDA and compared with the reference executor: every dtype, writes and adds, duplicates,
+//! several index tensors, masks, a base read through strides, bad indices, and a recorded call.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -8,6 +8,7 @@ mod differential;
 mod emu;
 mod emulated;
 
+use differential::cases::SCATTER_CASES;
 use differential::{assert_close, one_op, random_inputs};
 use emulated::{compare, run, Emu};
 use guardless_ir::graph::{DType, Graph};
@@ -129,6 +130,40 @@ fn index_put_forms_match_the_reference_on_the_device() {
             let (_, host_steps) = compare(&what, &mut dev, &exe, &g, &inputs, &b);
             assert_eq!(host_steps, 0, "{what}");
         }
+    }
+}
+
+#[test]
+fn scatter_forms_match_the_reference_on_the_device() {
+    for &(op, args) in SCATTER_CASES {
+        let g = one_op(op, args);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new("scatter_forms", &exe);
+        let rows = args.contains(r#""dim": 0"#);
+        for (seed, n) in [(5u64, 0i64), (6, 1), (7, 3), (8, 13)] {
+            let mut b = Bindings::new();
+            b.set(g.env.symbol_id("u0").unwrap(), n);
+            let mut inputs = random_inputs(&g, &b, seed, (0, 5));
+            for t in inputs.iter_mut().filter(|t| t.dtype.is_float()) {
+                small_integers(std::slice::from_mut(t));
+            }
+            // The index `i` [u0, 5]: along the columns a permutation of 0..5 per row (writes to
+            // distinct places, whose order the device does not keep); down the rows, repeated
+            // rows (added).
+            let m = if rows { n.clamp(1, 5) } else { 5 };
+            let at = g.inputs.iter().position(|i| i.name == "i").unwrap();
+            let idx: Vec<i64> = (0..n * 5).map(|e| (e % 5 + e / 5) % m).collect();
+            inputs[at] = HostTensor::from_i64(DType::I64, &[n as usize, 5], &idx);
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let what = format!("{op} {args} at u0 = {n}");
+            let (_, host_steps) = compare(&what, &mut dev, &exe, &g, &inputs, &b);
+            assert_eq!(host_steps, 0, "{what}");
+        }
+        assert!(
+            dev.launched.iter().any(|f| f.ends_with("_write")),
+            "{op}: {:?}",
+            dev.launched
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! several nodes. Every size decision goes through the guard-free queries.
 
 mod ops;
+mod overwrite;
 mod promote;
 mod routing;
 mod views;

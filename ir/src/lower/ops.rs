@@ -325,6 +325,11 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let sizes = ints(n, "size")?;
             one(super::views::expand(l, x, &sizes)?)
         }
+        "repeat" => {
+            let x = tensor(l, n, "self")?;
+            let repeats = ints(n, "repeats")?;
+            one(super::views::repeat(l, x, &repeats)?)
+        }
         "slice" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
@@ -333,6 +338,26 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let step = int(n, "step")?;
             one(super::views::slice(l, x, dim, start, end, step)?)
         }
+        "slice_scatter" => {
+            let (x, src) = (tensor(l, n, "self")?, tensor(l, n, "src")?);
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            let (start, end) = (opt_int(n, "start")?, opt_int(n, "end")?);
+            let step = int(n, "step")?;
+            one(super::overwrite::slice_scatter(
+                l, x, src, dim, start, end, step,
+            )?)
+        }
+        "select_scatter" => {
+            let (x, src) = (tensor(l, n, "self")?, tensor(l, n, "src")?);
+            let dim = dim_arg(l, n, "dim", x.sizes.len())?;
+            let index = int(n, "index")?;
+            one(super::overwrite::select_scatter(l, x, src, dim, index)?)
+        }
+        "copy" => {
+            let (x, src) = (tensor(l, n, "self")?, tensor(l, n, "src")?);
+            one(super::overwrite::copy(l, x, src)?)
+        }
+        "scatter" | "scatter_add" => one(super::overwrite::scatter(l, n, name == "scatter_add")?),
         "select" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
@@ -523,7 +548,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "histc" => one(super::routing::histc(l, n)?),
         "_grouped_mm" => one(super::routing::grouped_mm(l, n)?),
-        "empty_permuted" => one(super::routing::empty_permuted(l, n)?),
+        "empty_permuted" | "empty" => one(super::routing::empty(l, n)?),
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),
@@ -770,7 +795,7 @@ pub(super) fn wrap_dim(d: i64, rank: usize) -> Result<usize, NodeError> {
     }
 }
 
-fn dim_arg(l: &Lowerer, n: &GraphNode, name: &str, rank: usize) -> R<usize> {
+pub(super) fn dim_arg(l: &Lowerer, n: &GraphNode, name: &str, rank: usize) -> R<usize> {
     let e = int(n, name)?;
     match l.env.pool().as_const(e) {
         Some(d) => wrap_dim(d, rank),

@@ -504,13 +504,16 @@ pub(super) fn grouped_mm(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     Ok(l.add_buffer(kind, out, &sizes, &n.name))
 }
 
-/// `empty_permuted`: uninitialized memory in ATen; zeros here, so every run is reproducible.
-pub(super) fn empty_permuted(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+/// `empty` and `empty_permuted`: uninitialized memory in ATen; zeros here, so every run is
+/// reproducible.
+pub(super) fn empty(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let sizes = ints(n, "size")?;
-    let mut layout = const_ints(l, n, "physical_layout")?;
-    layout.sort_unstable();
-    if layout != (0..sizes.len() as i64).collect::<Vec<_>>() {
-        return msg("physical_layout must be a permutation of the dimensions");
+    if n.arg("physical_layout").is_some() {
+        let mut layout = const_ints(l, n, "physical_layout")?;
+        layout.sort_unstable();
+        if layout != (0..sizes.len() as i64).collect::<Vec<_>>() {
+            return msg("physical_layout must be a permutation of the dimensions");
+        }
     }
     let dtype = match n.arg("dtype") {
         Some(Arg::DType(d)) => *d,

@@ -362,8 +362,61 @@ pub(super) fn expand(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> 
     Ok(LTensor::lazy(x.dtype, out, loader))
 }
 
+/// `repeat`: `x` tiled `repeats[k]` times along each dimension (extra leading repeats add
+/// dimensions); element `i` reads `x` at `i mod size`. A symbolic repeat is asserted
+/// non-negative at run time.
+pub(super) fn repeat(l: &mut Lowerer, x: LTensor, repeats: &[Expr]) -> R<LTensor> {
+    let rank = repeats.len();
+    if rank < x.sizes.len() {
+        return Err(NodeError::Message(format!(
+            "repeat: {rank} repeats for a tensor of {} dimensions",
+            x.sizes.len()
+        )));
+    }
+    let off = rank - x.sizes.len();
+    let mut sizes = Vec::with_capacity(rank);
+    for (k, &r) in repeats.iter().enumerate() {
+        let p = l.env.pool_mut();
+        let zero = p.zero();
+        let ok = p.ge(r, zero);
+        if !l.env.statically_known_true(ok) {
+            l.env.check(ok).map_err(|_| {
+                NodeError::Message(format!(
+                    "repeat: the repeat {} can be negative",
+                    l.env.text(r)
+                ))
+            })?;
+        }
+        let s = match k.checked_sub(off) {
+            Some(d) => l.env.pool_mut().mul(x.sizes[d], r),
+            None => r,
+        };
+        sizes.push(l.env.simplify(s));
+    }
+    // Dimensions repeated once read straight through; the others wrap.
+    let own = x.sizes.clone();
+    let once: Vec<bool> = repeats[off..]
+        .iter()
+        .map(|&r| l.env.pool().as_const(r) == Some(1))
+        .collect();
+    let inner = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let src: Vec<Expr> = (0..own.len())
+            .map(|d| {
+                if once[d] {
+                    idx[off + d]
+                } else {
+                    c.env.pool_mut().modulo(idx[off + d], own[d])
+                }
+            })
+            .collect();
+        inner(c, &src)
+    });
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
+
 /// ATen's clamping of a slice bound: negative counts from the end, then into `[0, size]`.
-fn clamp_bound(l: &mut Lowerer, b: Expr, size: Expr) -> Expr {
+pub(super) fn clamp_bound(l: &mut Lowerer, b: Expr, size: Expr) -> Expr {
     let p = l.env.pool_mut();
     let zero = p.zero();
     let neg = p.lt(b, zero);

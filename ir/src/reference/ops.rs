@@ -5,6 +5,7 @@ use crate::graph::{Arg, DType, Graph, GraphNode, Scalar, TensorRef};
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
+mod overwrite;
 mod routing;
 
 type R<T> = Result<T, Option<String>>;
@@ -1201,6 +1202,24 @@ pub(super) fn run_node(
                     .collect()
             }))
         }
+        "repeat" => {
+            let x = n.tensor("self")?;
+            let reps = n.ints("repeats")?;
+            let off = match reps.len().checked_sub(x.shape.len()) {
+                Some(off) if reps.iter().all(|&r| r >= 0) => off,
+                _ => return fail(format!("repeat {reps:?} of shape {:?}", x.shape)),
+            };
+            let shape: Vec<usize> = (0..reps.len())
+                .map(|k| match k.checked_sub(off) {
+                    Some(d) => x.shape[d] * reps[k] as usize,
+                    None => reps[k] as usize,
+                })
+                .collect();
+            let xs = x.shape.clone();
+            out(gather_view(&x, shape, |idx| {
+                xs.iter().enumerate().map(|(d, &s)| idx[off + d] % s).collect()
+            }))
+        }
         "slice" => {
             let x = n.tensor("self")?;
             let dim = wrap(n.int("dim")?, x.shape.len())?;
@@ -1483,7 +1502,11 @@ pub(super) fn run_node(
         "repeat_interleave" if overload == "Tensor" => routing::repeat_interleave(&n),
         "histc" => routing::histc(&n),
         "_grouped_mm" => routing::grouped_mm(&n),
-        "empty_permuted" => routing::empty_permuted(&n),
+        "empty_permuted" | "empty" => routing::empty(&n),
+        "slice_scatter" => overwrite::slice_scatter(&n),
+        "select_scatter" => overwrite::select_scatter(&n),
+        "copy" => overwrite::copy(&n),
+        "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),

@@ -1,6 +1,27 @@
 //! One-node graphs of every lowered op (over [`super::one_op`]'s inputs), shared by the
 //! lowering's and the backends' differential tests.
 
+/// Scatters at data-dependent positions (indices drawn by the test: in range, or not).
+pub const SCATTER_CASES: &[(&str, &str)] = &[
+    (
+        "aten.scatter.src",
+        r#"{"self": {"tensor": "x"}, "dim": 1, "index": {"tensor": "i"}, "src": {"tensor": "h"}}"#,
+    ),
+    (
+        "aten.scatter.value",
+        r#"{"self": {"tensor": "x"}, "dim": -1, "index": {"tensor": "i"}, "value": -1.5}"#,
+    ),
+    (
+        "aten.scatter.value",
+        r#"{"self": {"tensor": "i"}, "dim": 1, "index": {"tensor": "i"}, "value": 7}"#,
+    ),
+    // Duplicate positions (indices 0 and 1 down the rows): all added.
+    (
+        "aten.scatter_add.default",
+        r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}}"#,
+    ),
+];
+
 pub const CASES: &[(&str, &str)] = &[
     ("aten.neg.default", r#"{"self": {"tensor": "x"}}"#),
     ("aten.neg.default", r#"{"self": {"tensor": "i"}}"#),
@@ -354,5 +375,54 @@ pub const CASES: &[(&str, &str)] = &[
     (
         "aten._grouped_mm.default",
         r#"{"self": {"tensor": "z"}, "mat2": {"tensor": "bw"}}"#,
+    ),
+    (
+        "aten.repeat.default",
+        r#"{"self": {"tensor": "x"}, "repeats": [2, 1, 3]}"#,
+    ),
+    (
+        "aten.repeat.default",
+        r#"{"self": {"tensor": "ids"}, "repeats": ["u0"]}"#,
+    ),
+    (
+        "aten.empty.memory_format",
+        r#"{"size": [2, "u0"], "dtype": {"dtype": "i64"}}"#,
+    ),
+    // In-place assignments as functionalization writes them.
+    (
+        "aten.slice_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "dim": 1, "start": 1, "end": 3}"#,
+    ),
+    (
+        "aten.slice_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "dim": 1, "step": 3}"#,
+    ),
+    (
+        "aten.slice_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "dim": -1, "start": -2, "end": 9223372036854775807}"#,
+    ),
+    (
+        "aten.slice_scatter.default",
+        r#"{"self": {"tensor": "i"}, "src": {"tensor": "x"}, "dim": 0, "start": 0}"#,
+    ),
+    (
+        "aten.select_scatter.default",
+        r#"{"self": {"tensor": "z"}, "src": {"tensor": "s2"}, "dim": 0, "index": 1}"#,
+    ),
+    (
+        "aten.select_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "y"}, "dim": 0, "index": -1}"#,
+    ),
+    (
+        "aten.copy.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.copy.default",
+        r#"{"self": {"tensor": "i"}, "src": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.copy.default",
+        r#"{"self": {"tensor": "h"}, "src": {"tensor": "x"}}"#,
     ),
 ];

@@ -347,12 +347,15 @@ pub(super) fn grouped_mm(n: &Node) -> R<Vec<HostTensor>> {
     )])
 }
 
-pub(super) fn empty_permuted(n: &Node) -> R<Vec<HostTensor>> {
+/// `empty` and `empty_permuted`: zeros (ATen leaves the memory uninitialized).
+pub(super) fn empty(n: &Node) -> R<Vec<HostTensor>> {
     let sizes: Vec<usize> = n.ints("size")?.iter().map(|&s| s.max(0) as usize).collect();
-    let mut layout = n.ints("physical_layout")?;
-    layout.sort_unstable();
-    if layout != (0..sizes.len() as i64).collect::<Vec<_>>() {
-        return fail("physical_layout must be a permutation of the dimensions");
+    if n.node.arg("physical_layout").is_some() {
+        let mut layout = n.ints("physical_layout")?;
+        layout.sort_unstable();
+        if layout != (0..sizes.len() as i64).collect::<Vec<_>>() {
+            return fail("physical_layout must be a permutation of the dimensions");
+        }
     }
     let d = n.dtype("dtype").unwrap_or(DType::F32);
     let total = sizes.iter().product();

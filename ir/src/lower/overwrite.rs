@@ -1,0 +1,250 @@
+//! A tensor with part of it replaced, as functionalization writes in-place assignments
+//! (`x[..., a:b] = y`, `x[i] = y`, `x.copy_(y)`, `x.scatter_(dim, index, y)`): `slice_scatter`,
+//! `select_scatter` and `copy` are lazy tensors that pick, per element, the written value or the
+//! base's; `scatter` writes at data-dependent positions (a scatter step over a copy). The base
+//! stays as it was.
+
+use std::rc::Rc;
+
+use super::ops::{dim_arg, scalar_arg, scalar_value, tensor};
+use super::promote::compute_dtype;
+use super::views::{assert_equal, clamp_bound, expand, slice};
+use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::graph::{DType, GraphNode};
+use crate::loop_ir::{BodyBuilder, BufferKind, Layout, Loops};
+use crate::sym::Expr;
+
+type R<T> = Result<T, NodeError>;
+
+/// `slice_scatter(x, src, dim, start, end, step)`: `x` with `x[start:end:step]` along `dim`
+/// replaced by `src`, which must have that slice's shape.
+pub(super) fn slice_scatter(
+    l: &mut Lowerer,
+    x: LTensor,
+    src: LTensor,
+    dim: usize,
+    start: Option<Expr>,
+    end: Option<Expr>,
+    step: Expr,
+) -> R<LTensor> {
+    let region = slice(l, x.clone(), dim, start, end, step)?;
+    same_shape(l, &region.sizes, &src, "slice_scatter")?;
+    let step = l.env.pool().as_const(step).expect("slice checked a constant step");
+    let size = x.sizes[dim];
+    let zero = l.env.pool_mut().zero();
+    let start = clamp_bound(l, start.unwrap_or(zero), size);
+    let end = match end {
+        Some(e) => clamp_bound(l, e, size),
+        None => size,
+    };
+    // Element i of the dimension is written when start <= i < end and i - start is a multiple
+    // of the step; it then reads src at (i - start) / step.
+    Ok(pick(x, src, move |c, i| {
+        let p = c.env.pool_mut();
+        let rel = p.sub(i, start);
+        let lo = p.le(start, i);
+        let hi = p.lt(i, end);
+        let mut conds = vec![lo, hi];
+        if step > 1 {
+            let k = p.constant(step);
+            let r = p.modulo(rel, k);
+            conds.push(p.eq(r, zero));
+        }
+        let inside = p.and(&conds);
+        let at = if step > 1 {
+            let k = p.constant(step);
+            p.floordiv(rel, k)
+        } else {
+            rel
+        };
+        (inside, Some(at))
+    }, dim))
+}
+
+/// `select_scatter(x, src, dim, index)`: `x` with `x.select(dim, index)` replaced by `src`, which
+/// must have that selection's shape; the index may be negative (from the end), never out of range.
+pub(super) fn select_scatter(
+    l: &mut Lowerer,
+    x: LTensor,
+    src: LTensor,
+    dim: usize,
+    index: Expr,
+) -> R<LTensor> {
+    // `select` checks the index's range (at run time when it is symbolic).
+    let region = super::views::select(l, x.clone(), dim, index)?;
+    same_shape(l, &region.sizes, &src, "select_scatter")?;
+    let p = l.env.pool_mut();
+    let zero = p.zero();
+    let neg = p.lt(index, zero);
+    let wrapped = p.add(index, x.sizes[dim]);
+    let at = p.where_(neg, wrapped, index);
+    let at = l.env.simplify(at);
+    Ok(pick(
+        x,
+        src,
+        move |c, i| (c.env.pool_mut().eq(i, at), None),
+        dim,
+    ))
+}
+
+/// `copy(x, src)`: `src` broadcast to `x`'s shape, in `x`'s dtype (a functional `x.copy_(src)`).
+pub(super) fn copy(l: &mut Lowerer, x: LTensor, src: LTensor) -> R<LTensor> {
+    if src.sizes.len() > x.sizes.len() {
+        return Err(NodeError::Message(format!(
+            "copy: a source of {} dimensions into a tensor of {}",
+            src.sizes.len(),
+            x.sizes.len()
+        )));
+    }
+    let from = src.dtype;
+    let src = expand(l, src, &x.sizes)?;
+    super::ops::map(l, &[src], from, x.dtype, |_, v| v[0])
+}
+
+/// `src` must have `sizes` (a scatter's region of the base).
+fn same_shape(l: &mut Lowerer, sizes: &[Expr], src: &LTensor, op: &str) -> R<()> {
+    if src.sizes.len() != sizes.len() {
+        return Err(NodeError::Message(format!(
+            "{op}: a source of {} dimensions for a region of {}",
+            src.sizes.len(),
+            sizes.len()
+        )));
+    }
+    for (&a, &b) in sizes.iter().zip(&src.sizes) {
+        assert_equal(l, a, b, op)?;
+    }
+    Ok(())
+}
+
+/// `x` where `region(i)` (i: the index along `dim`) is false, else `src` read at the same index
+/// with `dim` replaced by the region's own index (`Some`) or removed (`None`).
+fn pick(
+    x: LTensor,
+    src: LTensor,
+    region: impl Fn(&mut Ctx, Expr) -> (Expr, Option<Expr>) + 'static,
+    dim: usize,
+) -> LTensor {
+    let (dtype, sizes) = (x.dtype, x.sizes.clone());
+    let cd = compute_dtype(dtype);
+    let (base, written) = (x.loader, src.loader);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let (inside, at) = region(c, idx[dim]);
+        // Left unsimplified, as `cat`'s ranges: undecidable for unbacked bounds.
+        let m = c.body.index(inside);
+        let m = c.body.cast(m, DType::Bool);
+        // The source is read only where it is written: elsewhere its index is out of range.
+        let outer = c.body.enter_mask(m);
+        let mut s = idx.to_vec();
+        match at {
+            Some(at) => s[dim] = at,
+            None => {
+                s.remove(dim);
+            }
+        }
+        let v = written(c, &s);
+        let v = c.body.cast(v, cd);
+        c.body.exit_mask(outer);
+        let b = base(c, idx);
+        let b = c.body.cast(b, cd);
+        c.body.where_(m, v, b)
+    });
+    LTensor::lazy(dtype, sizes, loader)
+}
+
+/// `scatter` (`.src`, `.value`) and `scatter_add`: a copy of `self`, then for every position `p`
+/// of `index`, `out[p with dim replaced by index[p]] = src[p]` (or the value; `scatter_add`:
+/// added). Indices are checked against `0..size` at run time; among duplicates the last in
+/// row-major order wins, as ATen's serial kernel (its parallel ones leave it unspecified).
+pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    let index = tensor(l, n, "index")?;
+    let rank = x.sizes.len();
+    let dim = dim_arg(l, n, "dim", rank)?;
+    if index.dtype.is_float() || index.dtype == DType::Bool {
+        return msg(format!("indices must be integers, found {}", index.dtype));
+    }
+    if index.sizes.len() != rank {
+        return msg(format!(
+            "an index of {} dimensions for a tensor of {rank}",
+            index.sizes.len()
+        ));
+    }
+    let src = match n.arg("src") {
+        Some(_) => {
+            let src = tensor(l, n, "src")?;
+            if src.sizes.len() != rank {
+                return msg(format!(
+                    "a source of {} dimensions for a tensor of {rank}",
+                    src.sizes.len()
+                ));
+            }
+            Some(src)
+        }
+        None => None,
+    };
+    // The index may not exceed the source anywhere, nor the tensor off `dim`.
+    for k in 0..rank {
+        let mut bounds = Vec::new();
+        if k != dim {
+            bounds.push((x.sizes[k], "the tensor"));
+        }
+        if let Some(s) = &src {
+            bounds.push((s.sizes[k], "the source"));
+        }
+        for (bound, what) in bounds {
+            let c = l.env.pool_mut().le(index.sizes[k], bound);
+            if !l.env.statically_known_true(c) {
+                l.env.check(c).map_err(|_| {
+                    NodeError::Message(format!(
+                        "the index exceeds {what} in dimension {k} ({} > {})",
+                        l.env.text(index.sizes[k]),
+                        l.env.text(bound)
+                    ))
+                })?;
+            }
+        }
+    }
+    let value = match src {
+        Some(_) => None,
+        None => Some(scalar_arg(n, "value")?),
+    };
+    let (xd, cd) = (x.dtype, compute_dtype(x.dtype));
+    let size = x.sizes[dim];
+    let base = l.realize(x, &n.name);
+    let vars = l.index_vars("x", &index.sizes);
+    let mut body = BodyBuilder::default();
+    let mut c = Ctx {
+        env: &mut l.env,
+        body: &mut body,
+    };
+    let i = (index.loader)(&mut c, &vars);
+    let i = c.body.cast(i, DType::I64);
+    let t = c.env.new_index_var("t", size);
+    c.body.bind(t, i, size);
+    let mut at = vars.clone();
+    at[dim] = t;
+    let v = match (&src, value) {
+        (Some(s), _) => (s.loader)(&mut c, &vars),
+        (None, Some(v)) => scalar_value(&mut c, v, cd),
+        (None, None) => unreachable!("a source or a value"),
+    };
+    let v = c.body.cast(v, cd);
+    let target = Layout::contiguous(c.env, &base.sizes).index(c.env, &at);
+    let kind = BufferKind::Scatter {
+        base: base.buffer.expect("realized"),
+        loops: Loops {
+            ranges: index.sizes.clone(),
+            vars,
+            reduction: None,
+        },
+        body: body.finish(v),
+        target,
+        accumulate,
+    };
+    let sizes = base.sizes.clone();
+    Ok(l.add_buffer(kind, xd, &sizes, &n.name))
+}
+
+fn msg<T>(m: impl Into<String>) -> R<T> {
+    Err(NodeError::Message(m.into()))
+}

@@ -1,0 +1,176 @@
+//! `slice_scatter`, `select_scatter`, `copy` and `scatter` element by element: the base's values,
+//! with the written region's taken from the source (converted to the base's dtype).
+
+use super::{build, elem, fail, flat, strides, to, unflatten, wrap, Node, R, E};
+use crate::tensor::{round_to, HostTensor};
+
+/// The base with the positions `region(index along dim)` says replaced: `Some(j)` reads the
+/// source with that index at `j` (`keep_dim`) or removed (not `keep_dim`).
+fn replace_region(
+    x: &HostTensor,
+    src: &HostTensor,
+    dim: usize,
+    keep_dim: bool,
+    region: impl Fn(usize) -> Option<usize>,
+) -> R<Vec<HostTensor>> {
+    let st = strides(&src.shape);
+    let n: usize = x.shape.iter().product();
+    let vals = (0..n)
+        .map(|i| {
+            let mut idx = unflatten(i, &x.shape);
+            match region(idx[dim]) {
+                Some(j) => {
+                    if keep_dim {
+                        idx[dim] = j;
+                    } else {
+                        idx.remove(dim);
+                    }
+                    to(x.dtype, elem(src, flat(&idx, &st)))
+                }
+                None => elem(x, i),
+            }
+        })
+        .collect();
+    Ok(vec![build(x.dtype, x.shape.clone(), vals)])
+}
+
+fn check_shape(op: &str, want: &[usize], src: &HostTensor) -> R<()> {
+    if src.shape != want {
+        return fail(format!(
+            "{op}: a source of shape {:?} for a region of {want:?}",
+            src.shape
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn slice_scatter(n: &Node) -> R<Vec<HostTensor>> {
+    let (x, src) = (n.tensor("self")?, n.tensor("src")?);
+    let dim = wrap(n.int("dim")?, x.shape.len())?;
+    let size = x.shape[dim] as i64;
+    let clampb = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size);
+    let start = clampb(n.opt_int("start")?.unwrap_or(0));
+    let end = clampb(n.opt_int("end")?.unwrap_or(size));
+    let step = n.int("step")?;
+    if step <= 0 {
+        return fail("slice step must be positive");
+    }
+    let len = if end > start {
+        (end - start + step - 1) / step
+    } else {
+        0
+    };
+    let mut region = x.shape.clone();
+    region[dim] = len as usize;
+    check_shape("slice_scatter", &region, &src)?;
+    replace_region(&x, &src, dim, true, |i| {
+        let i = i as i64;
+        (i >= start && i < end && (i - start) % step == 0).then(|| ((i - start) / step) as usize)
+    })
+}
+
+pub(super) fn select_scatter(n: &Node) -> R<Vec<HostTensor>> {
+    let (x, src) = (n.tensor("self")?, n.tensor("src")?);
+    let dim = wrap(n.int("dim")?, x.shape.len())?;
+    let size = x.shape[dim] as i64;
+    let i = n.int("index")?;
+    if i < -size || i >= size {
+        return fail(format!("index {i} is out of range for size {size}"));
+    }
+    let at = if i < 0 { i + size } else { i } as usize;
+    let mut region = x.shape.clone();
+    region.remove(dim);
+    check_shape("select_scatter", &region, &src)?;
+    replace_region(&x, &src, dim, false, |i| (i == at).then_some(0))
+}
+
+/// `src` broadcast (right-aligned) to `self`'s shape, in `self`'s dtype.
+pub(super) fn copy(n: &Node) -> R<Vec<HostTensor>> {
+    let (x, src) = (n.tensor("self")?, n.tensor("src")?);
+    let off = match x.shape.len().checked_sub(src.shape.len()) {
+        Some(off) => off,
+        None => return fail("copy: a source of more dimensions than the tensor"),
+    };
+    for (k, &s) in src.shape.iter().enumerate() {
+        if s != 1 && s != x.shape[off + k] {
+            return fail(format!(
+                "copy: a source of shape {:?} into {:?}",
+                src.shape, x.shape
+            ));
+        }
+    }
+    let st = strides(&src.shape);
+    let n: usize = x.shape.iter().product();
+    let vals = (0..n)
+        .map(|i| {
+            let idx = unflatten(i, &x.shape);
+            let at: Vec<usize> = src
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| if s == 1 { 0 } else { idx[off + k] })
+                .collect();
+            to(x.dtype, elem(&src, flat(&at, &st)))
+        })
+        .collect::<Vec<E>>();
+    Ok(vec![build(x.dtype, x.shape.clone(), vals)])
+}
+
+/// `scatter` (`.src`, `.value`) and `scatter_add`: `self` with, for every position `p` of the
+/// index in row-major order, `out[p with dim = index[p]] = src[p]` (or the value; added).
+pub(super) fn scatter(n: &Node, accumulate: bool) -> R<Vec<HostTensor>> {
+    let (x, index) = (n.tensor("self")?, n.tensor("index")?);
+    let rank = x.shape.len();
+    let dim = wrap(n.int("dim")?, rank)?;
+    if index.dtype.is_float() || index.dtype == crate::graph::DType::Bool {
+        return fail("scatter indices must be integers");
+    }
+    let src = match n.node.arg("src") {
+        Some(_) => Some(n.tensor("src")?),
+        None => None,
+    };
+    let value = match &src {
+        Some(_) => None,
+        None => Some(n.number(n.scalar("value")?)?),
+    };
+    let fits = index.shape.len() == rank
+        && (0..rank).all(|k| {
+            (k == dim || index.shape[k] <= x.shape[k])
+                && src.as_ref().is_none_or(|s| s.shape.len() == rank && index.shape[k] <= s.shape[k])
+        });
+    if !fits {
+        return fail(format!(
+            "scatter: an index of shape {:?} into {:?}",
+            index.shape, x.shape
+        ));
+    }
+    let d = x.dtype;
+    let xs = strides(&x.shape);
+    let mut out: Vec<E> = (0..x.numel()).map(|i| elem(&x, i)).collect();
+    for i in 0..index.numel() {
+        let mut p = unflatten(i, &index.shape);
+        let v = match (&src, &value) {
+            (Some(s), _) => to(d, elem(s, flat(&p, &strides(&s.shape)))),
+            (None, Some(v)) => to(d, super::at(v, &[])),
+            (None, None) => unreachable!("a source or a value"),
+        };
+        let t = elem(&index, i).i();
+        if t < 0 || t >= x.shape[dim] as i64 {
+            return fail(format!(
+                "index {t} is out of bounds for dimension {dim} with size {}",
+                x.shape[dim]
+            ));
+        }
+        p[dim] = t as usize;
+        let o = flat(&p, &xs);
+        out[o] = if accumulate {
+            match (out[o], v) {
+                (E::F(a), E::F(b)) => E::F(round_to(d, a + b)),
+                (a, b) => to(d, E::I(a.i().wrapping_add(b.i()))),
+            }
+        } else {
+            v
+        };
+    }
+    Ok(vec![build(d, x.shape.clone(), out)])
+}
