@@ -152,6 +152,39 @@ class ExportTest(unittest.TestCase):
         torch.testing.assert_close(outs[(8, 4)], want_cache)
         torch.testing.assert_close(outs[(4,)], want_sum)
 
+    def test_in_place_assignments_scatters_and_repeats(self):
+        # What DeepSeek's attention and router do: a new tensor filled by slices, a scatter of
+        # ones into a mask, a copy into a view, and a tile.
+        class Assign(torch.nn.Module):
+            def forward(self, a, b, idx):
+                out = a.new_empty(a.shape[0], a.shape[1] + b.shape[1])
+                out[:, : a.shape[1]].copy_(a)
+                out[:, a.shape[1]:] = b
+                out[0] = 7.0
+                mask = torch.zeros_like(a).scatter_(1, idx, 1.0)
+                acc = torch.zeros(a.shape[0], 8).scatter_add_(1, idx, a[:, : idx.shape[1]])
+                return out * 2, mask, acc, b.repeat(2, 3)
+
+        a, b = torch.randn(6, 5), torch.randn(6, 3)
+        idx = torch.randint(0, 5, (6, 2))
+        n = ("n", 1, 64)
+        e = guardless.export(Assign(), (a, b, idx), unbacked={"a": {0: n}, "b": {0: n}, "idx": {0: n}})
+        ops = {n["op"] for n in e.graph["nodes"]}
+        for op in ("aten.slice_scatter.default", "aten.scatter.value", "aten.scatter_add.default", "aten.repeat.default"):
+            self.assertIn(op, ops)
+        for n in (1, 6, 40):
+            a, b = torch.randn(n, 5), torch.randn(n, 3)
+            idx = torch.randint(0, 5, (n, 2))
+            want = Assign()(a, b, idx)
+            with tempfile.TemporaryDirectory() as tmp:
+                got = run_guardless(e, [a, b, idx], tmp)
+            # The CLI saves outputs by name; run_guardless lists them sorted.
+            names = [o["tensor"] for o in e.graph["outputs"]]
+            want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
+            self.assertEqual(len(got), 4)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+
     def test_untranslatable_ops_are_all_listed(self):
         class Odd(torch.nn.Module):
             def forward(self, x):
