@@ -229,6 +229,22 @@ fn scatter_functions_compile_for_sm90_in_every_dtype() {
 }
 
 #[test]
+fn symbols_named_like_c_keywords_or_generated_locals_compile() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/graphs/hostile_names.json"
+    ))
+    .unwrap();
+    let m = cuda_of(&text);
+    // Every symbol is read through its prefixed variable.
+    for name in ["int", "w", "k0", "threadIdx"] {
+        assert!(m.source.contains(&format!("s_{name} = ")), "{name}");
+    }
+    let Some(include) = toolchain() else { return };
+    compiles_without_spills("hostile_names", &m, &nvrtc::options("sm_90", &include));
+}
+
+#[test]
 fn select_functions_compile_for_sm90() {
     let Some(include) = toolchain() else { return };
     let options = nvrtc::options("sm_90", &include);

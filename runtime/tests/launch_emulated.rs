@@ -475,3 +475,25 @@ fn a_call_with_host_steps_cannot_be_recorded() {
         "{e}"
     );
 }
+
+#[test]
+fn sizes_named_like_c_keywords_or_generated_locals_run_correctly() {
+    // `w` once named the vector loads' loop counter too: every vectorized read used w = 0.
+    let g = differential::test_graph("hostile_names.json");
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("hostile_names", &exe);
+    for (seed, (rows, w, k, t)) in [(3, 4, 3, 17), (5, 8, 2, 1), (33, 64, 4, 5000)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut b = Bindings::new();
+        for (name, v) in [("int", rows), ("w", w), ("k0", k), ("threadIdx", t)] {
+            b.set(g.env.symbol_id(name).unwrap(), v);
+        }
+        let inputs = random_inputs(&g, &b, 60 + seed as u64, (0, rows.max(1)));
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let what = format!("hostile_names at {rows} × {w}, {k}, {t}");
+        let (_, host_steps) = emulated::compare(&what, &mut dev, &exe, &g, &inputs, &b);
+        assert_eq!(host_steps, 0, "{what}");
+    }
+}

@@ -147,16 +147,16 @@ template <typename T> __device__ __forceinline__ void gl_block_scan(T* s, int n)
 // persistent reduction: n rows × 4096; 128 threads, 128 per row, 1024 lanes (8 per thread), vector 8, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)4096LL);
   const int gl_tid = threadIdx.x % 128;
   const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 128;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[64];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][8];
 
@@ -177,9 +177,9 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v2_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*s_k0 + s_k1)))[gl_w];
 
     }
 #pragma unroll
@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
         const float m2_1 = ((float)m2_0);
@@ -200,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -243,9 +243,9 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
 
     }
 #pragma unroll
@@ -253,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
@@ -276,9 +276,9 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*k0 + k1)))[w] = gl_s3[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*s_k0 + s_k1)))[gl_w] = gl_s3[gl_w];
 
     }
   }
@@ -290,16 +290,16 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
 // persistent reduction: n rows × 4096; 128 threads, 128 per row, 1024 lanes (8 per thread), vector 1, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)4096LL);
   const int gl_tid = threadIdx.x % 128;
   const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 128;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[64];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
 
 
@@ -314,9 +314,9 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*s_k0 + s_k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
@@ -356,11 +356,11 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(p_w, (long long)(k1));
+        const float m3_0 = gl_ld(p_w, (long long)(s_k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*s_k0 + s_k1)));
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -372,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
         const float m3_11 = (m3_1 * m3_10);
         const float m3_12 = gl_round_bf16((float)m3_11);
         const float m3_val = m3_12;
-        gl_st(p_buf3, (long long)((((int)4096LL)*k0 + k1)), ((float)m3_12));
+        gl_st(p_buf3, (long long)((((int)4096LL)*s_k0 + s_k1)), ((float)m3_12));
 
       }
     }
@@ -385,16 +385,16 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v1(const __
 // persistent reduction: n rows × 4096; 256 threads, 128 per row, 1024 lanes (8 per thread), vector 8, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)4096LL);
   const int gl_tid = threadIdx.x % 128;
   const int gl_row = (int)blockIdx.x * 2 + threadIdx.x / 128;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[128];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][8];
 
@@ -415,9 +415,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v2_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*k0 + k1)))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v2_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)4096LL)*s_k0 + s_k1)))[gl_w];
 
     }
 #pragma unroll
@@ -425,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0), gl_l);
         const float m2_1 = ((float)m2_0);
@@ -438,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -481,9 +481,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v3_0[w] = reinterpret_cast<const uint4*>(p_w + (long long)(k1))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
 
     }
 #pragma unroll
@@ -491,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
@@ -514,9 +514,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*k0 + k1)))[w] = gl_s3[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)4096LL)*s_k0 + s_k1)))[gl_w] = gl_s3[gl_w];
 
     }
   }
@@ -528,16 +528,16 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
 // persistent reduction: n rows × 4096; 256 threads, 128 per row, 1024 lanes (8 per thread), vector 1, int32 indices
 // Reduction order: lane l accumulates elements l, l + 1024, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __nv_bfloat16* __restrict__ p_x, __nv_bfloat16* __restrict__ p_buf3, const __nv_bfloat16* __restrict__ p_w, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)4096LL);
   const int gl_tid = threadIdx.x % 128;
   const int gl_row = (int)blockIdx.x * 2 + threadIdx.x / 128;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[128];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
 
 
@@ -552,9 +552,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m2_0 = gl_ld(p_x, (long long)((((int)4096LL)*s_k0 + s_k1)));
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
@@ -594,11 +594,11 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(p_w, (long long)(k1));
+        const float m3_0 = gl_ld(p_w, (long long)(s_k1));
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*k0 + k1)));
+        const float m3_2 = gl_ld(p_x, (long long)((((int)4096LL)*s_k0 + s_k1)));
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -610,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v3(const __
         const float m3_11 = (m3_1 * m3_10);
         const float m3_12 = gl_round_bf16((float)m3_11);
         const float m3_val = m3_12;
-        gl_st(p_buf3, (long long)((((int)4096LL)*k0 + k1)), ((float)m3_12));
+        gl_st(p_buf3, (long long)((((int)4096LL)*s_k0 + s_k1)), ((float)m3_12));
 
       }
     }

@@ -146,10 +146,10 @@ template <typename T> __device__ __forceinline__ void gl_block_scan(T* s, int n)
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
 extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int s_n = (int)gl_sym_n;
+  const int s_gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = s_gl_d5;
   // A block covers 128 × 8 elements; a thread's chunks are 128 × 8 apart.
   const int gl_first = (int)blockIdx.x * (128 * 8) + (int)threadIdx.x * 8;
 #pragma unroll
@@ -164,19 +164,19 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
       {
         const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1)))[w];
-        for (int w = 0; w < 1; ++w) gl_v1_4[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*s_k0 + s_k1)))[gl_w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_4[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*s_k0 + s_k1 + ((int)512LL))))[gl_w];
 
       }
 #pragma unroll
       for (int gl_l = 0; gl_l < 8; ++gl_l) {
         const int gl_lin = gl_lin0 + gl_l;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
         const float m1_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_0), gl_l);
         const float m1_1 = ((float)m1_0);
@@ -193,10 +193,10 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
       {
         const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*k0 + k1)))[w] = gl_s1[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*s_k0 + s_k1)))[gl_w] = gl_s1[gl_w];
 
       }
     }
@@ -206,10 +206,10 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 1 elements, vector 1, int32 indices
 extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int s_n = (int)gl_sym_n;
+  const int s_gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = s_gl_d5;
   // A block covers 128 × 1 elements; a thread's chunks are 128 × 1 apart.
   const int gl_first = (int)blockIdx.x * (128 * 1) + (int)threadIdx.x * 1;
 #pragma unroll
@@ -219,19 +219,19 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat
       const int gl_lin = gl_first + (int)gl_chunk * 128 * 1 + gl_l;
       if (gl_lin < gl_numel) {
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*s_k0 + s_k1)));
         const float m1_1 = ((float)m1_0);
         const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
         const float m1_3 = (m1_1 * m1_2);
-        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*s_k0 + s_k1 + ((int)512LL))));
         const float m1_5 = ((float)m1_4);
         const float m1_6 = (m1_3 * m1_5);
         const float m1_7 = gl_round_bf16((float)m1_6);
         const float m1_val = m1_7;
-        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+        gl_st(p_buf1, (long long)((((int)512LL)*s_k0 + s_k1)), ((float)m1_7));
 
       }
     }
@@ -241,10 +241,10 @@ extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v1(__nv_bfloat
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 16 elements, vector 8, int32 indices
 extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int s_n = (int)gl_sym_n;
+  const int s_gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = s_gl_d5;
   // A block covers 256 × 16 elements; a thread's chunks are 256 × 8 apart.
   const int gl_first = (int)blockIdx.x * (256 * 16) + (int)threadIdx.x * 8;
 #pragma unroll
@@ -259,19 +259,19 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
       {
         const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1)))[w];
-        for (int w = 0; w < 1; ++w) gl_v1_4[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*s_k0 + s_k1)))[gl_w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_4[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1024LL)*s_k0 + s_k1 + ((int)512LL))))[gl_w];
 
       }
 #pragma unroll
       for (int gl_l = 0; gl_l < 8; ++gl_l) {
         const int gl_lin = gl_lin0 + gl_l;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
         const float m1_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v1_0), gl_l);
         const float m1_1 = ((float)m1_0);
@@ -288,10 +288,10 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
       {
         const int gl_lin = gl_lin0;
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*k0 + k1)))[w] = gl_s1[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf1 + (long long)((((int)512LL)*s_k0 + s_k1)))[gl_w] = gl_s1[gl_w];
 
       }
     }
@@ -301,10 +301,10 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v2(__nv_bfloat
 // pointwise_out_0: out
 // pointwise over 512*n elements; 256 threads × 2 elements, vector 1, int32 indices
 extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
-  const int gl_d5 = (int)gl_sym_gl_d5;
+  const int s_n = (int)gl_sym_n;
+  const int s_gl_d5 = (int)gl_sym_gl_d5;
 
-  const int gl_numel = gl_d5;
+  const int gl_numel = s_gl_d5;
   // A block covers 256 × 2 elements; a thread's chunks are 256 × 1 apart.
   const int gl_first = (int)blockIdx.x * (256 * 2) + (int)threadIdx.x * 1;
 #pragma unroll
@@ -314,19 +314,19 @@ extern "C" __global__ void __launch_bounds__(256) pointwise_out_0_v3(__nv_bfloat
       const int gl_lin = gl_first + (int)gl_chunk * 256 * 1 + gl_l;
       if (gl_lin < gl_numel) {
         int gl_rest_gl_lin = gl_lin;
-        const int k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
-        const int k0 = gl_rest_gl_lin;
+        const int s_k1 = gl_rest_gl_lin % (((int)512LL)); gl_rest_gl_lin /= (((int)512LL));
+        const int s_k0 = gl_rest_gl_lin;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1)));
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1024LL)*s_k0 + s_k1)));
         const float m1_1 = ((float)m1_0);
         const float m1_2 = (1.0f / (1.0f + expf(-m1_1)));
         const float m1_3 = (m1_1 * m1_2);
-        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*k0 + k1 + ((int)512LL))));
+        const float m1_4 = gl_ld(p_x, (long long)((((int)1024LL)*s_k0 + s_k1 + ((int)512LL))));
         const float m1_5 = ((float)m1_4);
         const float m1_6 = (m1_3 * m1_5);
         const float m1_7 = gl_round_bf16((float)m1_6);
         const float m1_val = m1_7;
-        gl_st(p_buf1, (long long)((((int)512LL)*k0 + k1)), ((float)m1_7));
+        gl_st(p_buf1, (long long)((((int)512LL)*s_k0 + s_k1)), ((float)m1_7));
 
       }
     }

@@ -147,16 +147,16 @@ template <typename T> __device__ __forceinline__ void gl_block_scan(T* s, int n)
 // persistent reduction: n rows × 1000; 64 threads, 64 per row, 256 lanes (4 per thread), vector 4, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)1000LL);
   const int gl_tid = threadIdx.x % 64;
   const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 64;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[32];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][4];
 
@@ -177,9 +177,9 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
 
     }
 #pragma unroll
@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
         gl_c0[gl_j][gl_l] = m1_0;
@@ -198,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -242,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -299,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
@@ -316,9 +316,9 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*k0 + k1)))[w] = gl_s3[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w] = gl_s3[gl_w];
 
     }
   }
@@ -330,16 +330,16 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 // persistent reduction: n rows × 1000; 64 threads, 64 per row, 256 lanes (4 per thread), vector 1, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)1000LL);
   const int gl_tid = threadIdx.x % 64;
   const int gl_row = (int)blockIdx.x * 1 + threadIdx.x / 64;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[32];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][4];
 
@@ -359,9 +359,9 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*s_k0 + s_k1)));
         gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
@@ -407,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
@@ -454,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
@@ -464,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
         const float m3_5 = (1.0f / m3_4);
         const float m3_6 = (m3_3 * m3_5);
         const float m3_val = m3_6;
-        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_6));
+        gl_st(p_buf3, (long long)((((int)1000LL)*s_k0 + s_k1)), ((float)m3_6));
 
       }
     }
@@ -477,16 +477,16 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v1(const float*
 // persistent reduction: n rows × 1000; 256 threads, 64 per row, 256 lanes (4 per thread), vector 4, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)1000LL);
   const int gl_tid = threadIdx.x % 64;
   const int gl_row = (int)blockIdx.x * 4 + threadIdx.x / 64;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[128];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][4];
 
@@ -507,9 +507,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) gl_v1_0[w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*k0 + k1)))[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
 
     }
 #pragma unroll
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
         gl_c0[gl_j][gl_l] = m1_0;
@@ -528,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -572,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
@@ -620,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
 
     }
@@ -629,7 +629,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
@@ -646,9 +646,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
     if (gl_active) {
       const int gl_r = gl_c;
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        for (int w = 0; w < 1; ++w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*k0 + k1)))[w] = gl_s3[w];
+        for (int gl_w = 0; gl_w < 1; ++gl_w) reinterpret_cast<uint4*>(p_buf3 + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w] = gl_s3[gl_w];
 
     }
   }
@@ -660,16 +660,16 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 // persistent reduction: n rows × 1000; 256 threads, 64 per row, 256 lanes (4 per thread), vector 1, int32 indices
 // Reduction order: lane l accumulates elements l, l + 256, …; lanes combine in a balanced tree.
 extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float* __restrict__ p_x, float* __restrict__ p_buf3, long long gl_sym_n, int* __restrict__ gl_error) {
-  const int n = (int)gl_sym_n;
+  const int s_n = (int)gl_sym_n;
 
-  const int gl_rows = n;
+  const int gl_rows = s_n;
   const int gl_len = ((int)1000LL);
   const int gl_tid = threadIdx.x % 64;
   const int gl_row = (int)blockIdx.x * 4 + threadIdx.x / 64;
   const bool gl_active = gl_row < gl_rows;
   __shared__ char gl_smem_raw[128];
   int gl_rest_gl_row = gl_row;
-  const int k0 = gl_rest_gl_row;
+  const int s_k0 = gl_rest_gl_row;
 
   float gl_c0[4][4];
 
@@ -689,9 +689,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
-        const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*k0 + k1)));
+        const float m1_0 = gl_ld(p_x, (long long)((((int)1000LL)*s_k0 + s_k1)));
         gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
@@ -737,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m2_0 = gl_c0[gl_j][gl_l];
         const float m2_1 = m1_row;
@@ -784,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
       const int gl_r = gl_c + gl_l;
       if (gl_active && gl_r < gl_len) {
         int gl_rest_gl_r = gl_r;
-        const int k1 = gl_rest_gl_r;
+        const int s_k1 = gl_rest_gl_r;
 
         const float m3_0 = gl_c0[gl_j][gl_l];
         const float m3_1 = m1_row;
@@ -794,7 +794,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v3(const float
         const float m3_5 = (1.0f / m3_4);
         const float m3_6 = (m3_3 * m3_5);
         const float m3_val = m3_6;
-        gl_st(p_buf3, (long long)((((int)1000LL)*k0 + k1)), ((float)m3_6));
+        gl_st(p_buf3, (long long)((((int)1000LL)*s_k0 + s_k1)), ((float)m3_6));
 
       }
     }

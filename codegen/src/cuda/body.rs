@@ -208,7 +208,7 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
                 size,
                 mask,
             } => {
-                let v = sc.env.text(var);
+                let v = guardless_ir::sym::cuda_symbol(&sc.env.text(var));
                 let size = sc.index(size);
                 let code = sc.error(format!("an index of {v} is out of range"));
                 let idx = sc.idx;

@@ -16,7 +16,7 @@ use std::fmt::Write;
 
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Check, ExternKernel, Program};
-use guardless_ir::sym::{CPrinter, Expr};
+use guardless_ir::sym::{cuda_symbol, CPrinter, Expr};
 use tera::Tera;
 
 use super::library::{c_of, context, decompose, locals, parameters, per_element};
@@ -137,7 +137,7 @@ pub(super) fn render(
         &pointers[m.index()],
         &pointers[id.index()],
     );
-    let (kv, gv) = (p.env.text(k), p.env.text(g));
+    let (kv, gv) = (cuda_symbol(&p.env.text(k)), cuda_symbol(&p.env.text(g)));
     if grouped == "none" || grouped == "row" {
         let mut exprs = vec![index_a, index_m, inner, store_at];
         exprs.extend(out_sizes.iter().copied());
@@ -165,7 +165,7 @@ pub(super) fn render(
         } else {
             ctx.insert("batches", &sizes_c[0]);
             ctx.insert("rows", &sizes_c[1]);
-            ctx.insert("group_var", &p.env.text(o[0]));
+            ctx.insert("group_var", &cuda_symbol(&p.env.text(o[0])));
         }
         let (row, col) = match grouped {
             "row" => (o[0], o[1]),
@@ -201,8 +201,8 @@ pub(super) fn render(
         ctx.insert("elem_zero", zero);
         ctx.insert("tn_threads", &(TILE_N / PER));
         ctx.insert("acc", acc);
-        ctx.insert("row", &p.env.text(row));
-        ctx.insert("col", &p.env.text(col));
+        ctx.insert("row", &cuda_symbol(&p.env.text(row)));
+        ctx.insert("col", &cuda_symbol(&p.env.text(col)));
         ctx.insert("k", &kv);
         ctx.insert("a", pa);
         ctx.insert("b", pm);
@@ -226,8 +226,8 @@ pub(super) fn render(
         // The group (or the inner slice) of this element; bounds clamped to [0, limit].
         let _ = writeln!(body, "  long long {gv} = -1, gl_lo = 0, gl_hi = 0;");
         let at = match grouped {
-            "row" => p.env.text(o[0]),
-            "column" => p.env.text(o[1]),
+            "row" => cuda_symbol(&p.env.text(o[0])),
+            "column" => cuda_symbol(&p.env.text(o[1])),
             _ => String::new(),
         };
         let _ = writeln!(body, "  {{");
@@ -239,7 +239,7 @@ pub(super) fn render(
         let _ = writeln!(body, "      long long gl_end = (long long){po}[gl_i];");
         let _ = writeln!(body, "      gl_end = gl_end < gl_start ? gl_start : (gl_end > gl_limit ? gl_limit : gl_end);");
         if grouped == "inner" {
-            let o0 = p.env.text(o[0]);
+            let o0 = cuda_symbol(&p.env.text(o[0]));
             let _ = writeln!(body, "      if (gl_i == {o0}) {{ {gv} = gl_i; gl_lo = gl_start; gl_hi = gl_end; break; }}");
         } else {
             let _ = writeln!(

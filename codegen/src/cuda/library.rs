@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use guardless_ir::loop_ir::{Buffer, BufferId, Program};
-use guardless_ir::sym::{CPrinter, Expr, SymbolId};
+use guardless_ir::sym::{cuda_symbol, CPrinter, Expr, SymbolId};
 use rustc_hash::FxHashSet;
 use tera::{Context, Tera};
 
@@ -39,7 +39,7 @@ pub(super) fn decompose(
     }
     let _ = writeln!(out, "  long long gl_rest = gl_lin;");
     for j in (0..vars.len()).rev() {
-        let name = p.env.text(vars[j]);
+        let name = cuda_symbol(&p.env.text(vars[j]));
         if j == 0 {
             let _ = writeln!(out, "  const long long {name} = gl_rest;");
         } else {
@@ -92,7 +92,7 @@ pub(super) fn parameters(
         let n = p.env.symbol_name(s).to_string();
         params_c.push(format!("long long gl_sym_{n}"));
         params.push(Param::Symbol { name: n.clone() });
-        let _ = writeln!(decls, "  const long long {n} = gl_sym_{n};");
+        let _ = writeln!(decls, "  const long long {} = gl_sym_{n};", cuda_symbol(&n));
     }
     for &(s, e) in &h.derived {
         let n = p.env.symbol_name(s).to_string();
@@ -101,7 +101,7 @@ pub(super) fn parameters(
             name: n.clone(),
             expr: p.env.text(e),
         });
-        let _ = writeln!(decls, "  const long long {n} = gl_sym_{n};");
+        let _ = writeln!(decls, "  const long long {} = gl_sym_{n};", cuda_symbol(&n));
     }
     params_c.push("int* __restrict__ gl_error".into());
     params.push(Param::Error);

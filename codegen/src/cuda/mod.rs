@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program, ReductionKind};
-use guardless_ir::sym::{CPrinter, Expr, SymbolId};
+use guardless_ir::sym::{cuda_symbol, CPrinter, Expr, SymbolId};
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tera::{Context, Tera};
@@ -596,7 +596,7 @@ fn render_bodies(
         }
         let _ = writeln!(out, "{indent}{idx} gl_rest_{lin} = {lin};");
         for j in (0..vars.len()).rev() {
-            let name = p.env.text(vars[j]);
+            let name = cuda_symbol(&p.env.text(vars[j]));
             if j == 0 {
                 let _ = writeln!(out, "{indent}const {idx} {name} = gl_rest_{lin};");
             } else {
@@ -818,7 +818,7 @@ fn render_bodies(
                     let at = p.env.to_c(at, &printer);
                     let _ = writeln!(
                         vector_loads,
-                        "        for (int w = 0; w < {words}; ++w) {name}[w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[w];"
+                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) {name}[gl_w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[gl_w];"
                     );
                     vloads.insert(
                         i,
@@ -845,7 +845,7 @@ fn render_bodies(
                     let ptr = &pointers[m.buffer.index()];
                     let _ = writeln!(
                         vector_stores,
-                        "        for (int w = 0; w < {words}; ++w) reinterpret_cast<uint4*>({ptr} + (long long)({at}))[w] = {name}[w];"
+                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) reinterpret_cast<uint4*>({ptr} + (long long)({at}))[gl_w] = {name}[gl_w];"
                     );
                     format!("reinterpret_cast<{}*>({name})", storage_type(buf.dtype))
                 }),
@@ -1071,7 +1071,11 @@ fn render_bodies(
         let n = p.env.symbol_name(id).to_string();
         params_c.push(format!("long long gl_sym_{n}"));
         params.push(Param::Symbol { name: n.clone() });
-        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
+        let _ = writeln!(
+            decls,
+            "  const {idx} {} = ({idx})gl_sym_{n};",
+            cuda_symbol(&n)
+        );
     }
     for &(id, e) in &syms.hoister.derived {
         let n = p.env.symbol_name(id).to_string();
@@ -1085,7 +1089,11 @@ fn render_bodies(
             name: n.clone(),
             expr,
         });
-        let _ = writeln!(decls, "  const {idx} {n} = ({idx})gl_sym_{n};");
+        let _ = writeln!(
+            decls,
+            "  const {idx} {} = ({idx})gl_sym_{n};",
+            cuda_symbol(&n)
+        );
     }
     let mut phases = 1;
     if blocks > 0 {

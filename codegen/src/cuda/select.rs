@@ -68,7 +68,7 @@ pub(super) fn render(
             let _ = writeln!(
                 store,
                 "      {out}[gl_pos * {rank} + {d}] = {};",
-                p.env.text(v)
+                guardless_ir::sym::cuda_symbol(&p.env.text(v))
             );
         }
     }

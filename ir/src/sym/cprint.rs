@@ -7,12 +7,23 @@ use std::fmt::Write;
 use super::env::ShapeEnv;
 use super::expr::{ArithOp, Expr, Node};
 
-/// How to print: the integer type, and the qualifier and suffix of the helper functions.
+/// How to print: the integer type, the qualifier and suffix of the helper functions, and the
+/// prefix of symbols' variables.
 #[derive(Clone, Debug)]
 pub struct CPrinter {
     pub int_type: &'static str,
     pub suffix: &'static str,
     pub qualifier: &'static str,
+    pub symbol_prefix: &'static str,
+}
+
+/// The prefix of symbols' variables in generated CUDA: a graph may name its sizes anything (`w`,
+/// `int`, `threadIdx`, `k0`), and no other name in generated code starts with it.
+pub const CUDA_SYMBOL_PREFIX: &str = "s_";
+
+/// The CUDA variable that holds symbol `name`.
+pub fn cuda_symbol(name: &str) -> String {
+    format!("{CUDA_SYMBOL_PREFIX}{name}")
 }
 
 impl CPrinter {
@@ -22,6 +33,7 @@ impl CPrinter {
             int_type: "int64_t",
             suffix: "i64",
             qualifier: "static inline",
+            symbol_prefix: "",
         }
     }
 
@@ -31,6 +43,7 @@ impl CPrinter {
             int_type,
             suffix,
             qualifier: "__device__ __forceinline__",
+            symbol_prefix: CUDA_SYMBOL_PREFIX,
         }
     }
 
@@ -83,7 +96,10 @@ impl ShapeEnv {
         match node {
             Node::Const(v) => Self::literal(v, p, out),
             Node::Bool(b) => out.push_str(if b { "1" } else { "0" }),
-            Node::Sym(id) => out.push_str(&self.pool.symbol(id).name),
+            Node::Sym(id) => {
+                out.push_str(p.symbol_prefix);
+                out.push_str(&self.pool.symbol(id).name)
+            }
             Node::Add { terms, constant } => {
                 // Zero-coefficient terms exist only to raise a division by zero; C cannot raise
                 // (it would trap or be undefined), so they are left out.

@@ -25,7 +25,7 @@ mod query;
 mod range;
 mod simplify;
 
-pub use cprint::CPrinter;
+pub use cprint::{cuda_symbol, CPrinter, CUDA_SYMBOL_PREFIX};
 pub use divmod::{ceil_div, floor_div, py_mod};
 pub use env::{Guard, ShapeEnv, DEFAULT_FALLBACK_HINT};
 pub use error::SymError;
