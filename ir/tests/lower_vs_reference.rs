@@ -5,7 +5,7 @@
 
 mod differential;
 
-use differential::cases::{CASES, SCATTER_CASES};
+use differential::cases::{CASES, CONV_CASES, SCATTER_CASES};
 use differential::*;
 use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
@@ -421,5 +421,26 @@ fn long_running_sums_are_rounded_once() {
             "{what}: {last} vs {exact}"
         );
         assert!(compare_on(&what, &g, &inputs, &b, &[("n", 3000)], true));
+    }
+}
+
+#[test]
+fn convolutions_match_the_reference() {
+    for dtype in ["f32", "bf16"] {
+        for (k, &case) in CONV_CASES.iter().enumerate() {
+            let g = conv_graph(dtype, &[case]);
+            let mut compared = 0;
+            for (s, &sizes) in CONV_SIZES.iter().enumerate() {
+                let what = format!("conv {dtype} {case:?}");
+                let values = conv_values(&g, sizes);
+                compared +=
+                    usize::from(differential(&what, &g, &values, (k * 16 + s) as u64, false));
+            }
+            // Only inputs smaller than an unpadded kernel (h = 1, or w = 3 for 4×4) are refused.
+            assert!(
+                compared >= CONV_SIZES.len() - 2,
+                "{dtype} {case:?}: {compared}"
+            );
+        }
     }
 }

@@ -237,7 +237,7 @@ fn empty_permuted_and_constrain_range() {
 }
 
 #[test]
-fn bad_routing_input_is_an_error_naming_the_node() {
+fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
     for (op, args, want) in [
         (
             "aten.histc.default",
@@ -288,6 +288,51 @@ fn bad_routing_input_is_an_error_naming_the_node() {
             "aten.empty_permuted.default",
             r#"{"size": [2, 3], "physical_layout": [0, 0]}"#,
             "permutation",
+        ),
+        (
+            "aten.slice_scatter.default",
+            r#"{"self": {"tensor": "x"}, "src": {"tensor": "x"}, "dim": 1, "start": 1, "end": 3}"#,
+            "slice_scatter: sizes 2 and 5 differ",
+        ),
+        (
+            "aten.slice_scatter.default",
+            r#"{"self": {"tensor": "x"}, "src": {"tensor": "y"}, "dim": 0}"#,
+            "a source of 1 dimensions for a region of 2",
+        ),
+        (
+            "aten.select_scatter.default",
+            r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "dim": 0, "index": 0}"#,
+            "a source of 2 dimensions for a region of 1",
+        ),
+        (
+            "aten.select_scatter.default",
+            r#"{"self": {"tensor": "x"}, "src": {"tensor": "x"}, "dim": 1, "index": 5}"#,
+            "out of range",
+        ),
+        (
+            "aten.copy.default",
+            r#"{"self": {"tensor": "y"}, "src": {"tensor": "x"}}"#,
+            "a source of 2 dimensions into a tensor of 1",
+        ),
+        (
+            "aten.scatter.src",
+            r#"{"self": {"tensor": "x"}, "dim": 1, "index": {"tensor": "x"}, "src": {"tensor": "x"}}"#,
+            "indices must be integers",
+        ),
+        (
+            "aten.scatter.value",
+            r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "ids"}, "value": 1}"#,
+            "an index of 1 dimensions for a tensor of 2",
+        ),
+        (
+            "aten.scatter_add.default",
+            r#"{"self": {"tensor": "s2"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}}"#,
+            "the index exceeds the tensor in dimension 1 (5 > 2)",
+        ),
+        (
+            "aten.repeat.default",
+            r#"{"self": {"tensor": "x"}, "repeats": [2]}"#,
+            "1 repeats for a tensor of 2 dimensions",
         ),
     ] {
         let g = one_op(op, args);

@@ -95,7 +95,10 @@ fn a_bf16_addmm_with_an_epilogue_rounds_once() {
     // Other scales, and a bias that is not a row: the product leaves the gemm in f32 and the
     // epilogue rounds once, so with integral inputs (exact sums) the result is the reference's
     // bit for bit. (Rounded to bf16 before the epilogue too, some were one bf16 step off.)
-    for (bias, extra) in [("[16]", r#", "beta": 2, "alpha": 0.5"#), (r#"["n", 16]"#, "")] {
+    for (bias, extra) in [
+        ("[16]", r#", "beta": 2, "alpha": 0.5"#),
+        (r#"["n", 16]"#, ""),
+    ] {
         let g = linear("bf16", bias, extra);
         let exe = Executable::new(lower(&g).unwrap()).unwrap();
         let mm: Vec<DType> = exe

@@ -110,12 +110,45 @@ fn every_example_graph_matches_the_reference() {
 }
 
 #[test]
+fn convolutions_match_the_reference() {
+    for dtype in ["f32", "bf16"] {
+        for (k, &case) in differential::cases::CONV_CASES.iter().enumerate() {
+            let g = conv_graph(dtype, &[case]);
+            let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+            let mut compared = 0;
+            for (s, &sizes) in CONV_SIZES.iter().enumerate() {
+                let values = conv_values(&g, sizes);
+                let what = format!("conv {dtype} {case:?}");
+                let b = bindings_of(&what, &g, &values);
+                let inputs = random_inputs(&g, &b, (k * 16 + s) as u64, (0, 4));
+                let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+                let want = reference::run(&g, &inputs, &b);
+                let got = cpu.run(&inputs, &b, &poisoned());
+                compared += usize::from(judge(&what, got, want, &values, false));
+            }
+            assert!(
+                compared >= CONV_SIZES.len() - 2,
+                "{dtype} {case:?}: {compared}"
+            );
+        }
+    }
+}
+
+#[test]
 fn scatters_match_the_reference() {
     for (k, &(op, args)) in differential::cases::SCATTER_CASES.iter().enumerate() {
         let g = one_op(op, args);
         let what = format!("{op} {args}");
         // Indices in [0, 2): in range once u0 is 2 (scatters down the rows), else both refuse.
-        let compared = check(&what, &g, "u0", &[0, 1, 2, 3, 7, 13, 257], k as u64, false, (0, 2));
+        let compared = check(
+            &what,
+            &g,
+            "u0",
+            &[0, 1, 2, 3, 7, 13, 257],
+            k as u64,
+            false,
+            (0, 2),
+        );
         assert!(compared >= 5, "{what}: compared at only {compared} sizes");
         check(&what, &g, "u0", &[3, 13], k as u64, false, (-2, 9));
     }
@@ -274,7 +307,10 @@ fn a_bf16_addmm_with_an_epilogue_rounds_once() {
     // Other scales, and a bias that is not a row: the host's gemm keeps the product in f32 for
     // the epilogue, so with integral inputs (exact sums) the result is the reference's bit for
     // bit, where rounding the product to bf16 first left some elements one step off.
-    for (bias, extra) in [("[16]", r#", "beta": 2, "alpha": 0.5"#), (r#"["n", 16]"#, "")] {
+    for (bias, extra) in [
+        ("[16]", r#", "beta": 2, "alpha": 0.5"#),
+        (r#"["n", 16]"#, ""),
+    ] {
         let g = linear("bf16", bias, extra);
         let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
         for (n, k) in [(0, 64), (33, 64), (7, 0)] {

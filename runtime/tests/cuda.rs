@@ -365,7 +365,10 @@ fn a_16_bit_addmm_with_an_epilogue_rounds_once_on_the_gpu() {
     // cuBLAS stores the bf16/f16 product in f32 and the epilogue kernel rounds once: with
     // integral inputs (sums exact in f32 in any order) the reference's result bit for bit.
     for dtype in ["bf16", "f16"] {
-        for (bias, extra) in [("[16]", r#", "beta": 2, "alpha": 0.5"#), (r#"["n", 16]"#, "")] {
+        for (bias, extra) in [
+            ("[16]", r#", "beta": 2, "alpha": 0.5"#),
+            (r#"["n", 16]"#, ""),
+        ] {
             let g = differential::linear(dtype, bias, extra);
             let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
             for (n, k) in [(0, 64), (33, 64), (4097, 64), (7, 0)] {
@@ -381,6 +384,36 @@ fn a_16_bit_addmm_with_an_epilogue_rounds_once_on_the_gpu() {
                 s.execute(dev).unwrap();
                 assert_eq!(s.host_steps, 0, "{what}");
                 assert_eq!(s.outputs(dev).unwrap()[0].data, want[0].data, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn convolutions_run_on_the_gpu() {
+    if !gpu("convolutions_run_on_the_gpu") {
+        return;
+    }
+    // Every case of CONV_CASES in one graph, f32 and bf16, at sizes up to a 224 × 224 batch.
+    for dtype in ["f32", "bf16"] {
+        let g = differential::conv_graph(dtype, differential::cases::CONV_CASES);
+        let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+        for (s, sizes) in [(1, 3, 5, 7), (2, 2, 8, 8), (0, 2, 4, 4), (4, 3, 224, 224)]
+            .into_iter()
+            .enumerate()
+        {
+            let values = differential::conv_values(&g, sizes);
+            let what = format!("conv {dtype} at {values:?}");
+            let b = differential::bindings_of(&what, &g, &values);
+            let inputs = random_inputs(&g, &b, 70 + s as u64, (0, 4));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let (exe, dev) = gpu.parts();
+            let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+            s.execute(dev).unwrap();
+            assert_eq!(s.host_steps, 0, "{what}");
+            for (got, want) in s.outputs(dev).unwrap().iter().zip(&want) {
+                assert_close(&what, got, want);
             }
         }
     }

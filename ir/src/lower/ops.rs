@@ -325,6 +325,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let sizes = ints(n, "size")?;
             one(super::views::expand(l, x, &sizes)?)
         }
+        "convolution" => one(super::conv::convolution(l, n)?),
         "repeat" => {
             let x = tensor(l, n, "self")?;
             let repeats = ints(n, "repeats")?;
@@ -1072,7 +1073,7 @@ fn bias_is_a_row(l: &mut Lowerer, bias: &LTensor, a: &LTensor, b: &LTensor) -> b
 /// `mm`/`bmm` as an extern kernel over buffers (`addmm` with a `bias` row); the inner sizes must
 /// agree (a runtime assert when they are symbolic). `widened`: the result in the operands'
 /// compute dtype (f32 for bf16/f16) rather than theirs.
-fn matmul(
+pub(super) fn matmul(
     l: &mut Lowerer,
     n: &GraphNode,
     a: LTensor,

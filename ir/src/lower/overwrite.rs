@@ -29,7 +29,11 @@ pub(super) fn slice_scatter(
 ) -> R<LTensor> {
     let region = slice(l, x.clone(), dim, start, end, step)?;
     same_shape(l, &region.sizes, &src, "slice_scatter")?;
-    let step = l.env.pool().as_const(step).expect("slice checked a constant step");
+    let step = l
+        .env
+        .pool()
+        .as_const(step)
+        .expect("slice checked a constant step");
     let size = x.sizes[dim];
     let zero = l.env.pool_mut().zero();
     let start = clamp_bound(l, start.unwrap_or(zero), size);
@@ -39,26 +43,31 @@ pub(super) fn slice_scatter(
     };
     // Element i of the dimension is written when start <= i < end and i - start is a multiple
     // of the step; it then reads src at (i - start) / step.
-    Ok(pick(x, src, move |c, i| {
-        let p = c.env.pool_mut();
-        let rel = p.sub(i, start);
-        let lo = p.le(start, i);
-        let hi = p.lt(i, end);
-        let mut conds = vec![lo, hi];
-        if step > 1 {
-            let k = p.constant(step);
-            let r = p.modulo(rel, k);
-            conds.push(p.eq(r, zero));
-        }
-        let inside = p.and(&conds);
-        let at = if step > 1 {
-            let k = p.constant(step);
-            p.floordiv(rel, k)
-        } else {
-            rel
-        };
-        (inside, Some(at))
-    }, dim))
+    Ok(pick(
+        x,
+        src,
+        move |c, i| {
+            let p = c.env.pool_mut();
+            let rel = p.sub(i, start);
+            let lo = p.le(start, i);
+            let hi = p.lt(i, end);
+            let mut conds = vec![lo, hi];
+            if step > 1 {
+                let k = p.constant(step);
+                let r = p.modulo(rel, k);
+                conds.push(p.eq(r, zero));
+            }
+            let inside = p.and(&conds);
+            let at = if step > 1 {
+                let k = p.constant(step);
+                p.floordiv(rel, k)
+            } else {
+                rel
+            };
+            (inside, Some(at))
+        },
+        dim,
+    ))
 }
 
 /// `select_scatter(x, src, dim, index)`: `x` with `x.select(dim, index)` replaced by `src`, which

@@ -5,6 +5,7 @@ use crate::graph::{Arg, DType, Graph, GraphNode, Scalar, TensorRef};
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
+mod conv;
 mod overwrite;
 mod routing;
 
@@ -1217,7 +1218,10 @@ pub(super) fn run_node(
                 .collect();
             let xs = x.shape.clone();
             out(gather_view(&x, shape, |idx| {
-                xs.iter().enumerate().map(|(d, &s)| idx[off + d] % s).collect()
+                xs.iter()
+                    .enumerate()
+                    .map(|(d, &s)| idx[off + d] % s)
+                    .collect()
             }))
         }
         "slice" => {
@@ -1506,6 +1510,7 @@ pub(super) fn run_node(
         "slice_scatter" => overwrite::slice_scatter(&n),
         "select_scatter" => overwrite::select_scatter(&n),
         "copy" => overwrite::copy(&n),
+        "convolution" => conv::convolution(&n),
         "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {

@@ -1,6 +1,53 @@
 //! One-node graphs of every lowered op (over [`super::one_op`]'s inputs), shared by the
 //! lowering's and the backends' differential tests.
 
+/// Convolutions over an input of `n` images whose spatial sizes are `h` (and `w`, `d`), all
+/// unbacked: `(input shape, weight shape, bias, other arguments)`.
+pub const CONV_CASES: &[(&str, &str, bool, &str)] = &[
+    // 3×3, padded, with a bias.
+    (
+        r#"["n", 4, "h", "w"]"#,
+        "[6, 4, 3, 3]",
+        true,
+        r#""stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1"#,
+    ),
+    // Strided, dilated, asymmetric, two groups.
+    (
+        r#"["n", 4, "h", "w"]"#,
+        "[6, 2, 3, 2]",
+        false,
+        r#""stride": [2, 1], "padding": [0, 2], "dilation": [1, 2], "groups": 2"#,
+    ),
+    // Depthwise.
+    (
+        r#"["n", 4, "h", "w"]"#,
+        "[4, 1, 3, 3]",
+        true,
+        r#""stride": [1], "padding": [1], "dilation": [1], "groups": 4"#,
+    ),
+    // A vision transformer's patch embedding: kernel = stride, no padding.
+    (
+        r#"["n", 3, "h", "w"]"#,
+        "[8, 3, 4, 4]",
+        true,
+        r#""stride": [4, 4], "padding": [0, 0], "dilation": [1, 1], "groups": 1"#,
+    ),
+    // 1-D (Whisper's front end): strided, padded.
+    (
+        r#"["n", 4, "h"]"#,
+        "[8, 4, 3]",
+        true,
+        r#""stride": [2], "padding": [1], "dilation": [1], "groups": 1"#,
+    ),
+    // 3-D.
+    (
+        r#"["n", 2, "d", "h", "w"]"#,
+        "[4, 2, 2, 2, 2]",
+        false,
+        r#""stride": [1, 2, 1], "padding": [1, 0, 0], "dilation": [1, 1, 1], "groups": 1"#,
+    ),
+];
+
 /// Scatters at data-dependent positions (indices drawn by the test: in range, or not).
 pub const SCATTER_CASES: &[(&str, &str)] = &[
     (

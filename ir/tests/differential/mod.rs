@@ -380,6 +380,73 @@ pub fn linear(dtype: &str, bias_shape: &str, extra: &str) -> Graph {
     .unwrap()
 }
 
+/// Convolutions of [`cases::CONV_CASES`] in `dtype`, one node and output each (inputs `x{i}`,
+/// weights `k{i}`, biases `b{i}`), the sizes `n`, `d`, `h`, `w` they use unbacked.
+pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
+    let (mut inputs, mut nodes, mut outputs) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, &(input, weight, bias, args)) in cases.iter().enumerate() {
+        inputs.push(format!(
+            r#"{{"name": "x{i}", "dtype": "{dtype}", "shape": {input}}}"#
+        ));
+        inputs.push(format!(
+            r#"{{"name": "k{i}", "dtype": "{dtype}", "shape": {weight}, "kind": "parameter"}}"#
+        ));
+        let bias_arg = if bias {
+            let o = weight.trim_start_matches('[').split(',').next().unwrap();
+            inputs.push(format!(
+                r#"{{"name": "b{i}", "dtype": "{dtype}", "shape": [{o}]}}"#
+            ));
+            format!(r#"{{"tensor": "b{i}"}}"#)
+        } else {
+            "null".into()
+        };
+        nodes.push(format!(
+            r#"{{"name": "out{i}", "op": "aten.convolution.default",
+                "args": {{"input": {{"tensor": "x{i}"}}, "weight": {{"tensor": "k{i}"}}, "bias": {bias_arg},
+                         {args}, "transposed": false, "output_padding": [0]}}}}"#
+        ));
+        outputs.push(format!(r#"{{"tensor": "out{i}"}}"#));
+    }
+    let used = cases.iter().map(|c| c.0).collect::<String>();
+    let symbols: Vec<String> = [("n", 0, 64, 8), ("d", 1, 64, 4), ("h", 1, 512, 64), ("w", 1, 512, 64)]
+        .iter()
+        .filter(|(name, ..)| used.contains(&format!(r#""{name}""#)))
+        .map(|(name, lo, hi, hint)| {
+            format!(
+                r#"{{"name": "{name}", "kind": "unbacked", "min": {lo}, "max": {hi}, "optimization_hint": {hint}}}"#
+            )
+        })
+        .collect();
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "conv_{dtype}",
+        "symbols": [{}], "inputs": [{}], "nodes": [{}], "outputs": [{}]}}"#,
+        symbols.join(", "),
+        inputs.join(", "),
+        nodes.join(", "),
+        outputs.join(", ")
+    ))
+    .unwrap_or_else(|e| panic!("{cases:?}: {e}"))
+}
+
+/// The values of [`CONV_SIZES`]' entry for the symbols `g` declares.
+pub fn conv_values(g: &Graph, (n, d, h, w): (i64, i64, i64, i64)) -> Vec<(&'static str, i64)> {
+    [("n", n), ("d", d), ("h", h), ("w", w)]
+        .into_iter()
+        .filter(|(name, _)| g.env.symbol_id(name).is_some())
+        .collect()
+}
+
+/// Sizes `(n, d, h, w)` the convolution tests run at: empty batches, odd and square sizes, and
+/// (the last two) inputs smaller than some kernels, refused both ways.
+pub const CONV_SIZES: [(i64, i64, i64, i64); 6] = [
+    (1, 3, 5, 7),
+    (2, 2, 8, 8),
+    (0, 2, 4, 4),
+    (2, 3, 12, 16),
+    (3, 1, 1, 9),
+    (1, 4, 17, 3),
+];
+
 /// A graph of `tests/graphs/` (small graphs the tests of several crates share).
 pub fn test_graph(name: &str) -> Graph {
     let path = format!("{}/../tests/graphs/{name}", env!("CARGO_MANIFEST_DIR"));

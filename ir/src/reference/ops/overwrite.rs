@@ -1,7 +1,7 @@
 //! `slice_scatter`, `select_scatter`, `copy` and `scatter` element by element: the base's values,
 //! with the written region's taken from the source (converted to the base's dtype).
 
-use super::{build, elem, fail, flat, strides, to, unflatten, wrap, Node, R, E};
+use super::{build, elem, fail, flat, strides, to, unflatten, wrap, Node, E, R};
 use crate::tensor::{round_to, HostTensor};
 
 /// The base with the positions `region(index along dim)` says replaced: `Some(j)` reads the
@@ -136,7 +136,9 @@ pub(super) fn scatter(n: &Node, accumulate: bool) -> R<Vec<HostTensor>> {
     let fits = index.shape.len() == rank
         && (0..rank).all(|k| {
             (k == dim || index.shape[k] <= x.shape[k])
-                && src.as_ref().is_none_or(|s| s.shape.len() == rank && index.shape[k] <= s.shape[k])
+                && src
+                    .as_ref()
+                    .is_none_or(|s| s.shape.len() == rank && index.shape[k] <= s.shape[k])
         });
     if !fits {
         return fail(format!(
