@@ -7,8 +7,9 @@ mod differential;
 
 use differential::cases::{CASES, CONV_CASES, SCATTER_CASES};
 use differential::*;
-use guardless_ir::graph::Graph;
+use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
+use guardless_ir::tensor::HostTensor;
 
 #[test]
 fn every_lowered_op_matches_the_reference() {
@@ -443,4 +444,89 @@ fn convolutions_match_the_reference() {
             );
         }
     }
+}
+
+#[test]
+fn batch_norm_and_max_pooling_match_the_reference() {
+    for dtype in ["f32", "bf16"] {
+        let g = pooling_graph(dtype);
+        let mut compared = 0;
+        for (s, &(n, h, w)) in [(1, 5, 7), (2, 8, 8), (0, 4, 4), (1, 9, 3), (1, 2, 9)]
+            .iter()
+            .enumerate()
+        {
+            let values = [("n", n), ("h", h), ("w", w)];
+            compared += usize::from(differential(
+                &format!("pooling {dtype}"),
+                &g,
+                &values,
+                s as u64,
+                false,
+            ));
+        }
+        // h = 2 is too short for the dilated window: refused both ways.
+        assert_eq!(compared, 4, "{dtype}");
+    }
+}
+
+#[test]
+fn max_pooling_takes_the_first_maximum_and_any_nan_as_aten() {
+    let g = pooling_graph("f32");
+    // One 4×4 plane per channel: ties (the first wins), -inf everywhere (the first tap inside),
+    // and a NaN (it wins, and the last NaN of a window is its index).
+    let plane: [[f64; 16]; 3] = [
+        [
+            1., 3., 3., 0., 2., 3., 0., 0., 3., 1., 1., 3., 0., 0., 3., 3.,
+        ],
+        [f64::NEG_INFINITY; 16],
+        [
+            0.,
+            f64::NAN,
+            5.,
+            f64::NAN,
+            9.,
+            2.,
+            f64::NAN,
+            0.,
+            1.,
+            1.,
+            1.,
+            1.,
+            7.,
+            0.,
+            0.,
+            1.,
+        ],
+    ];
+    let x: Vec<f64> = plane.iter().flatten().copied().collect();
+    let inputs = [
+        HostTensor::from_f64(DType::F32, &[1, 3, 4, 4], &x),
+        HostTensor::from_f64(DType::F32, &[3], &[1.0, 2.0, 0.5]),
+        HostTensor::from_f64(DType::F32, &[3], &[0.0, 1.0, -1.0]),
+        HostTensor::from_f64(DType::F32, &[3], &[0.5, 0.0, 1.0]),
+        HostTensor::from_f64(DType::F32, &[3], &[4.0, 1.0, 0.25]),
+    ];
+    let b = guardless_ir::reference::bind_inputs(&g, &inputs, &guardless_ir::sym::Bindings::new())
+        .unwrap();
+    assert!(compare_on(
+        "pooling special values",
+        &g,
+        &inputs,
+        &b,
+        &[],
+        false
+    ));
+    let want = guardless_ir::reference::run(&g, &inputs, &b).unwrap();
+    // 2×2 windows (output 3, p2): channel 0's first window ties 3 at (0, 1) and (1, 1).
+    assert_eq!(want[4].get_f64(0), 1.0);
+    assert_eq!(
+        want[4].get_f64(4),
+        0.0,
+        "the first tap of an all -inf window"
+    );
+    assert!(want[3].get_f64(8).is_nan() && want[4].get_f64(8) == 1.0);
+    assert!(
+        want[3].get_f64(9).is_nan() && want[4].get_f64(9) == 6.0,
+        "the last NaN"
+    );
 }

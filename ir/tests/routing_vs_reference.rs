@@ -334,8 +334,48 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             r#"{"self": {"tensor": "x"}, "repeats": [2]}"#,
             "1 repeats for a tensor of 2 dimensions",
         ),
+        (
+            "aten.convolution.default",
+            r#"{"input": {"tensor": "x"}, "weight": {"tensor": "w"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": false, "output_padding": [0], "groups": 1}"#,
+            "expects an input of 1 to 3 spatial dimensions",
+        ),
+        (
+            "aten.convolution.default",
+            r#"{"input": {"tensor": "z"}, "weight": {"tensor": "bw"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": true, "output_padding": [0], "groups": 1}"#,
+            "transposed convolutions are not supported",
+        ),
+        (
+            "aten.convolution.default",
+            r#"{"input": {"tensor": "z"}, "weight": {"tensor": "bw"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": false, "output_padding": [0], "groups": 0}"#,
+            "groups must be a positive constant",
+        ),
+        (
+            "aten.convolution.default",
+            r#"{"input": {"tensor": "z"}, "weight": {"tensor": "bw"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": false, "output_padding": [0], "groups": 1}"#,
+            "can be empty",
+        ),
+        (
+            "aten.max_pool2d_with_indices.default",
+            r#"{"self": {"tensor": "x"}, "kernel_size": [2, 2]}"#,
+            "expects a float input of 3 or 4 dimensions",
+        ),
+        (
+            "aten.max_pool2d_with_indices.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [2, 2], "padding": [2, 2]}"#,
+            "padding at most half the kernel",
+        ),
+        (
+            "aten._native_batch_norm_legit_no_training.default",
+            r#"{"input": {"tensor": "i"}, "weight": null, "bias": null, "running_mean": {"tensor": "y"}, "running_var": {"tensor": "y"}, "momentum": 0.1, "eps": 1e-5}"#,
+            "expects a float input",
+        ),
     ] {
-        let g = one_op(op, args);
+        // Ops of several outputs name their first.
+        let g = if op.contains("max_pool") || op.contains("batch_norm") {
+            one_op_outputs(op, args, r#"{"tensor": "out", "index": 0}"#)
+        } else {
+            one_op(op, args)
+        };
         let err = lower(&g)
             .err()
             .unwrap_or_else(|| panic!("{args}: lowered"))

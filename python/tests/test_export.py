@@ -185,6 +185,43 @@ class ExportTest(unittest.TestCase):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w)
 
+    def test_a_small_convolutional_network(self):
+        # Conv2d, BatchNorm2d (eval), ReLU, MaxPool2d, a grouped strided Conv2d, Conv1d over the
+        # flattened rows: batch and image sizes dynamic, compared with eager.
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+                self.bn = torch.nn.BatchNorm2d(8)
+                self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+                self.grouped = torch.nn.Conv2d(8, 8, 3, stride=2, groups=4, bias=False)
+                self.line = torch.nn.Conv1d(8, 4, 3, padding=1)
+
+            def forward(self, x):
+                y = self.pool(torch.relu(self.bn(self.stem(x))))
+                y = self.grouped(y)
+                return self.line(y.flatten(2))
+
+        torch.manual_seed(0)
+        model = Net().eval()
+        with torch.no_grad():
+            model.bn.running_mean.uniform_(-1, 1)
+            model.bn.running_var.uniform_(0.5, 2)
+        dims = {0: torch.export.Dim("b", min=1, max=16), 2: torch.export.Dim("h", min=9, max=256),
+                3: torch.export.Dim("w", min=9, max=256)}
+        e = guardless.export(model, (torch.randn(2, 3, 32, 32),), dynamic_shapes={"x": dims})
+        ops = {n["op"] for n in e.graph["nodes"]}
+        for op in ("aten.convolution.default", "aten._native_batch_norm_legit_no_training.default",
+                   "aten.max_pool2d_with_indices.default"):
+            self.assertIn(op, ops)
+        for shape in [(1, 3, 9, 9), (3, 3, 32, 40), (2, 3, 17, 64)]:
+            x = torch.randn(*shape)
+            with torch.no_grad():
+                want = model(x)
+            with tempfile.TemporaryDirectory() as tmp:
+                (got,) = run_guardless(e, [x], tmp)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
     def test_untranslatable_ops_are_all_listed(self):
         class Odd(torch.nn.Module):
             def forward(self, x):

@@ -135,6 +135,30 @@ fn convolutions_match_the_reference() {
 }
 
 #[test]
+fn batch_norm_and_max_pooling_match_the_reference() {
+    for dtype in ["f32", "bf16"] {
+        let g = pooling_graph(dtype);
+        let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+        for (s, (n, h, w)) in [(1, 5, 7), (2, 8, 8), (0, 4, 4), (3, 17, 12)]
+            .into_iter()
+            .enumerate()
+        {
+            let values = [("n", n), ("h", h), ("w", w)];
+            let what = format!("pooling {dtype}");
+            let b = bindings_of(&what, &g, &values);
+            let inputs = random_inputs(&g, &b, s as u64, (0, 4));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b);
+            let got = cpu.run(&inputs, &b, &poisoned());
+            assert!(
+                judge(&what, got, want, &values, false),
+                "{what} at {values:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn scatters_match_the_reference() {
     for (k, &(op, args)) in differential::cases::SCATTER_CASES.iter().enumerate() {
         let g = one_op(op, args);

@@ -420,6 +420,34 @@ fn convolutions_run_on_the_gpu() {
 }
 
 #[test]
+fn batch_norm_and_max_pooling_run_on_the_gpu() {
+    if !gpu("batch_norm_and_max_pooling_run_on_the_gpu") {
+        return;
+    }
+    for dtype in ["f32", "bf16"] {
+        let g = differential::pooling_graph(dtype);
+        let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
+        for (s, (n, h, w)) in [(1, 5, 7), (0, 4, 4), (8, 112, 112)]
+            .into_iter()
+            .enumerate()
+        {
+            let values = [("n", n), ("h", h), ("w", w)];
+            let what = format!("pooling {dtype} at {values:?}");
+            let b = differential::bindings_of(&what, &g, &values);
+            let inputs = random_inputs(&g, &b, 80 + s as u64, (0, 4));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b).unwrap();
+            let (exe, dev) = gpu.parts();
+            let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+            s.execute(dev).unwrap();
+            for (got, want) in s.outputs(dev).unwrap().iter().zip(&want) {
+                assert_close(&what, got, want);
+            }
+        }
+    }
+}
+
+#[test]
 fn data_dependent_values_come_back_in_one_download_on_the_gpu() {
     if !gpu("data_dependent_values_come_back_in_one_download_on_the_gpu") {
         return;

@@ -7,6 +7,7 @@
 mod conv;
 mod ops;
 mod overwrite;
+mod pool;
 mod promote;
 mod routing;
 mod views;

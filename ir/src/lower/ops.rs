@@ -326,6 +326,8 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             one(super::views::expand(l, x, &sizes)?)
         }
         "convolution" => one(super::conv::convolution(l, n)?),
+        "_native_batch_norm_legit_no_training" => super::pool::batch_norm(l, n),
+        "max_pool2d_with_indices" => super::pool::max_pool2d(l, n),
         "repeat" => {
             let x = tensor(l, n, "self")?;
             let repeats = ints(n, "repeats")?;

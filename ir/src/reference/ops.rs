@@ -1511,6 +1511,8 @@ pub(super) fn run_node(
         "select_scatter" => overwrite::select_scatter(&n),
         "copy" => overwrite::copy(&n),
         "convolution" => conv::convolution(&n),
+        "_native_batch_norm_legit_no_training" => conv::batch_norm(&n),
+        "max_pool2d_with_indices" => conv::max_pool2d(&n),
         "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {

@@ -428,6 +428,37 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
     .unwrap_or_else(|e| panic!("{cases:?}: {e}"))
 }
 
+/// A convolutional network's other ops over `x: [n, 3, h, w]` in `dtype`: inference batch norm
+/// (weights, biases, running statistics, the variance through `abs`) and three max poolings
+/// (ResNet's stem 3×3/2 padded; 2×2; 3×2 strided, padded, dilated with ceil mode), each
+/// pooling's values and indices an output.
+pub fn pooling_graph(dtype: &str) -> Graph {
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 64}},
+                    {{"name": "h", "kind": "unbacked", "min": 1, "max": 512}},
+                    {{"name": "w", "kind": "unbacked", "min": 1, "max": 512}}],
+        "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 3, "h", "w"]}},
+                   {{"name": "g", "dtype": "{dtype}", "shape": [3]}}, {{"name": "b", "dtype": "{dtype}", "shape": [3]}},
+                   {{"name": "rm", "dtype": "{dtype}", "shape": [3]}}, {{"name": "rv", "dtype": "{dtype}", "shape": [3]}}],
+        "nodes": [{{"name": "rva", "op": "aten.abs.default", "args": {{"self": {{"tensor": "rv"}}}}}},
+                  {{"name": "bn", "op": "aten._native_batch_norm_legit_no_training.default",
+                    "args": {{"input": {{"tensor": "x"}}, "weight": {{"tensor": "g"}}, "bias": {{"tensor": "b"}},
+                             "running_mean": {{"tensor": "rm"}}, "running_var": {{"tensor": "rva"}}, "momentum": 0.1, "eps": 1e-5}}}},
+                  {{"name": "p1", "op": "aten.max_pool2d_with_indices.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}}}},
+                  {{"name": "p2", "op": "aten.max_pool2d_with_indices.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [2, 2]}}}},
+                  {{"name": "p3", "op": "aten.max_pool2d_with_indices.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 2], "stride": [1, 2], "padding": [1, 0],
+                             "dilation": [2, 1], "ceil_mode": true}}}}],
+        "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
+                    {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
+                    {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}}]}}"#
+    ))
+    .expect("a valid graph")
+}
+
 /// The values of [`CONV_SIZES`]' entry for the symbols `g` declares.
 pub fn conv_values(g: &Graph, (n, d, h, w): (i64, i64, i64, i64)) -> Vec<(&'static str, i64)> {
     [("n", n), ("d", d), ("h", h), ("w", w)]

@@ -1,6 +1,6 @@
 //! `convolution` by its definition: every output element a sum over its group's input channels
 //! and the kernel's taps (reads outside the input are zero), accumulated exactly (f64), the bias
-//! added, rounded once.
+//! added, rounded once. Inference batch norm and max pooling (with indices) likewise.
 
 use super::{build, elem, fail, flat, strides, unflatten, Node, E, R};
 use crate::graph::Arg;
@@ -84,4 +84,121 @@ pub(super) fn convolution(n: &Node) -> R<Vec<HostTensor>> {
         vals.push(E::F(acc));
     }
     Ok(vec![build(x.dtype, shape, vals)])
+}
+
+/// Inference batch norm over channel dimension 1, in f64, rounded once; empty saved statistics.
+pub(super) fn batch_norm(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("input")?;
+    if x.shape.len() < 2 || !x.dtype.is_float() {
+        return fail("batch norm of a non-float or channel-less input");
+    }
+    let c = x.shape[1];
+    let eps = match n.node.arg("eps") {
+        Some(Arg::Float(f)) => *f,
+        _ => return fail("eps must be a float"),
+    };
+    let channel = |name: &str| -> R<Option<HostTensor>> {
+        match n.node.arg(name) {
+            Some(Arg::Tensor(_)) => {
+                let t = n.tensor(name)?;
+                if t.shape != [c] {
+                    return fail(format!("{name} of shape {:?} for {c} channels", t.shape));
+                }
+                Ok(Some(t))
+            }
+            _ => Ok(None),
+        }
+    };
+    let (Some(mean), Some(var)) = (channel("running_mean")?, channel("running_var")?) else {
+        return fail("running statistics are required");
+    };
+    let (w, b) = (channel("weight")?, channel("bias")?);
+    let inner: usize = x.shape[2..].iter().product();
+    let vals = (0..x.numel())
+        .map(|i| {
+            let ch = (i / inner.max(1)) % c;
+            let mut v = (elem(&x, i).f() - elem(&mean, ch).f()) / (elem(&var, ch).f() + eps).sqrt();
+            if let Some(w) = &w {
+                v *= elem(w, ch).f();
+            }
+            if let Some(b) = &b {
+                v += elem(b, ch).f();
+            }
+            E::F(v)
+        })
+        .collect();
+    let empty = || build(x.dtype, vec![0], Vec::new());
+    Ok(vec![
+        build(x.dtype, x.shape.clone(), vals),
+        empty(),
+        empty(),
+    ])
+}
+
+/// `max_pool2d_with_indices` as ATen's CPU kernel: over each window's taps inside the input (row
+/// by row), the value replaces the running maximum when larger or NaN; the index is `h·W + w`.
+pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("self")?;
+    let rank = x.shape.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return fail("max_pool2d of a non-float input or a rank other than 3 or 4");
+    }
+    let two = |name: &str, default: Option<[i64; 2]>| -> R<[i64; 2]> {
+        let v = n.ints(name)?;
+        match (&v[..], default) {
+            ([], Some(d)) => Ok(d),
+            ([a], _) => Ok([*a, *a]),
+            ([a, b], _) => Ok([*a, *b]),
+            _ => fail(format!("{name}: {v:?}")),
+        }
+    };
+    let k = two("kernel_size", None)?;
+    let s = two("stride", Some(k))?;
+    let p = two("padding", Some([0, 0]))?;
+    let d = two("dilation", Some([1, 1]))?;
+    let ceil = n.flag("ceil_mode");
+    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
+    let mut outs = [0usize; 2];
+    for i in 0..2 {
+        let mut top = ins[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1;
+        if ceil {
+            top += s[i] - 1;
+        }
+        let mut o = top.div_euclid(s[i]) + 1;
+        if ceil && (o - 1) * s[i] >= ins[i] + p[i] {
+            o -= 1;
+        }
+        if o < 1 {
+            return fail(format!("pooling output size {o} is too small"));
+        }
+        outs[i] = o as usize;
+    }
+    let mut shape = x.shape[..rank - 2].to_vec();
+    shape.extend(outs);
+    let plane = (ins[0] * ins[1]) as usize;
+    let (mut vals, mut idxs) = (Vec::new(), Vec::new());
+    for e in 0..shape.iter().product::<usize>() {
+        let idx = unflatten(e, &shape);
+        let base = (e / (outs[0] * outs[1])) * plane;
+        let (oh, ow) = (idx[rank - 2] as i64, idx[rank - 1] as i64);
+        let (mut best, mut at, mut seen) = (f64::NEG_INFINITY, -1i64, false);
+        for th in 0..k[0] {
+            for tw in 0..k[1] {
+                let (h, w) = (oh * s[0] + th * d[0] - p[0], ow * s[1] + tw * d[1] - p[1]);
+                if h < 0 || h >= ins[0] || w < 0 || w >= ins[1] {
+                    continue;
+                }
+                let v = elem(&x, base + (h * ins[1] + w) as usize).f();
+                if !seen || v > best || v.is_nan() {
+                    (best, at, seen) = (v, h * ins[1] + w, true);
+                }
+            }
+        }
+        vals.push(E::F(best));
+        idxs.push(E::I(at));
+    }
+    Ok(vec![
+        build(x.dtype, shape.clone(), vals),
+        build(crate::graph::DType::I64, shape, idxs),
+    ])
 }

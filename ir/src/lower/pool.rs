@@ -1,0 +1,244 @@
+//! The per-channel and windowed ops of convolutional networks: inference batch norm and
+//! `max_pool2d_with_indices`, both pointwise over their outputs (a pooling window is a few taps,
+//! unrolled). Spatial sizes may be symbolic.
+
+use std::rc::Rc;
+
+use super::ops::{const_ints, map, tensor};
+use super::promote::compute_dtype;
+use super::views::view;
+use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::graph::{Arg, DType, GraphNode};
+use crate::loop_ir::{BinaryOp, Constant, UnaryOp};
+use crate::sym::Expr;
+
+type R<T> = Result<T, NodeError>;
+
+fn msg<T>(m: impl Into<String>) -> R<T> {
+    Err(NodeError::Message(m.into()))
+}
+
+fn float(l: &Lowerer, n: &GraphNode, name: &str) -> R<f64> {
+    match n.arg(name) {
+        Some(Arg::Float(f)) => Ok(*f),
+        Some(Arg::Int(e)) => match l.env.pool().as_const(*e) {
+            Some(v) => Ok(v as f64),
+            None => msg(format!("argument '{name}': expected a constant")),
+        },
+        other => msg(format!(
+            "argument '{name}': expected a float, found {other:?}"
+        )),
+    }
+}
+
+/// `_native_batch_norm_legit_no_training`: `(x − mean[c]) · rsqrt(var[c] + eps) · w[c] + b[c]`
+/// over channel dimension 1, in the compute dtype, rounded once; the saved mean and rstd are
+/// empty, as ATen returns them in inference.
+pub(super) fn batch_norm(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "input")?;
+    let rank = x.sizes.len();
+    if rank < 2 || !x.dtype.is_float() {
+        return msg(format!(
+            "expects a float input with a channel dimension, found {} of rank {rank}",
+            x.dtype
+        ));
+    }
+    let (dtype, cd) = (x.dtype, compute_dtype(x.dtype));
+    let eps = float(l, n, "eps")?;
+    // Per-channel tensors as [C, 1, …] against [N, C, *spatial].
+    let mut shape = vec![x.sizes[1]];
+    shape.extend(std::iter::repeat_n(l.env.pool_mut().one(), rank - 2));
+    let channel = |l: &mut Lowerer, name: &str| -> R<Option<LTensor>> {
+        match n.arg(name) {
+            Some(Arg::Tensor(_)) => {
+                let t = tensor(l, n, name)?;
+                if t.sizes.len() != 1 {
+                    return msg(format!("{name} must have one dimension"));
+                }
+                Ok(Some(view(l, t, &shape)?))
+            }
+            _ => Ok(None),
+        }
+    };
+    let (Some(mean), Some(var)) = (channel(l, "running_mean")?, channel(l, "running_var")?) else {
+        return msg("running_mean and running_var are required");
+    };
+    let (weight, bias) = (channel(l, "weight")?, channel(l, "bias")?);
+    let rstd = map(l, &[var], cd, cd, move |c, v| {
+        let e = c.body.constant(Constant::float(eps), cd);
+        let s = c.body.binary(BinaryOp::Add, v[0], e);
+        c.body.unary(UnaryOp::Rsqrt, s)
+    })?;
+    let mut out = map(l, &[x, mean, rstd], cd, cd, |c, v| {
+        let d = c.body.binary(BinaryOp::Sub, v[0], v[1]);
+        c.body.binary(BinaryOp::Mul, d, v[2])
+    })?;
+    for (t, op) in [(weight, BinaryOp::Mul), (bias, BinaryOp::Add)] {
+        if let Some(t) = t {
+            out = map(l, &[out, t], cd, cd, move |c, v| {
+                c.body.binary(op, v[0], v[1])
+            })?;
+        }
+    }
+    let out = map(l, &[out], cd, dtype, |_, v| v[0])?;
+    let zero = l.env.pool_mut().zero();
+    let empty = || {
+        let loader: Loader =
+            Rc::new(move |c: &mut Ctx, _: &[Expr]| c.body.constant(Constant::float(0.0), cd));
+        LTensor::lazy(dtype, vec![zero], loader)
+    };
+    Ok(vec![out, empty(), empty()])
+}
+
+/// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
+/// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
+/// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
+/// value is NaN if any is, at the last NaN).
+pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "self")?;
+    let rank = x.sizes.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return msg(format!(
+            "expects a float input of 3 or 4 dimensions, found {} of rank {rank}",
+            x.dtype
+        ));
+    }
+    let two = |v: Vec<i64>, name: &str| -> R<[i64; 2]> {
+        match v[..] {
+            [a] => Ok([a, a]),
+            [a, b] => Ok([a, b]),
+            _ => msg(format!("{name}: expected 1 or 2 values, found {}", v.len())),
+        }
+    };
+    let kernel = two(const_ints(l, n, "kernel_size")?, "kernel_size")?;
+    let stride = match const_ints(l, n, "stride")? {
+        v if v.is_empty() => kernel,
+        v => two(v, "stride")?,
+    };
+    let padding = two(const_ints(l, n, "padding")?, "padding")?;
+    let dilation = two(const_ints(l, n, "dilation")?, "dilation")?;
+    let ceil = matches!(n.arg("ceil_mode"), Some(Arg::Bool(true)));
+    if kernel
+        .iter()
+        .chain(&stride)
+        .chain(&dilation)
+        .any(|&v| v < 1)
+        || (0..2).any(|i| padding[i] < 0 || 2 * padding[i] > kernel[i])
+    {
+        return msg(
+            "kernel, stride and dilation must be positive, padding at most half the kernel",
+        );
+    }
+    let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];
+    let mut outs = [ins[0]; 2];
+    for i in 0..2 {
+        // (in + 2p − d(k − 1) − 1 [+ s − 1]) // s + 1, less one when ceil's last window starts
+        // past the padded input.
+        let p = l.env.pool_mut();
+        let span = p.constant(2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1);
+        let mut top = p.add(ins[i], span);
+        if ceil {
+            let extra = p.constant(stride[i] - 1);
+            top = p.add(top, extra);
+        }
+        let s = p.constant(stride[i]);
+        let steps = p.floordiv(top, s);
+        let one = p.one();
+        let mut o = p.add(steps, one);
+        if ceil {
+            let last = p.scale(steps, stride[i]);
+            let pad = p.constant(padding[i]);
+            let limit = p.add(ins[i], pad);
+            let past = p.ge(last, limit);
+            let less = p.sub(o, one);
+            o = p.where_(past, less, o);
+        }
+        let o = l.env.simplify(o);
+        let ok = l.env.pool_mut().ge(o, one);
+        if !l.env.statically_known_true(ok) {
+            l.env.check(ok).map_err(|_| {
+                NodeError::Message(format!(
+                    "the output's size {} can be empty (input {})",
+                    l.env.text(o),
+                    l.env.text(ins[i])
+                ))
+            })?;
+        }
+        outs[i] = o;
+    }
+    let mut sizes = x.sizes[..rank - 2].to_vec();
+    sizes.extend(outs);
+    let (dtype, cd) = (x.dtype, compute_dtype(x.dtype));
+    // Both outputs run the same window; each is its own pointwise tensor.
+    let window = move |c: &mut Ctx,
+                       xl: &Loader,
+                       idx: &[Expr]|
+          -> (crate::loop_ir::ValueId, crate::loop_ir::ValueId) {
+        let mut acc = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
+        let mut at = c.body.constant(Constant::Int(-1), DType::I64);
+        let mut seen = c.body.constant(Constant::Int(0), DType::Bool);
+        for th in 0..kernel[0] {
+            for tw in 0..kernel[1] {
+                let mut src = idx[..rank - 2].to_vec();
+                let mut inside = Vec::new();
+                let mut pos = Vec::new();
+                for (i, t) in [th, tw].into_iter().enumerate() {
+                    let p = c.env.pool_mut();
+                    let base = p.scale(idx[rank - 2 + i], stride[i]);
+                    let off = p.constant(t * dilation[i] - padding[i]);
+                    let q = p.add(base, off);
+                    // Padding, and ceil mode's last window, reach past the input.
+                    if padding[i] > 0 || ceil {
+                        let zero = p.zero();
+                        inside.push(p.le(zero, q));
+                        inside.push(p.lt(q, ins[i]));
+                    }
+                    pos.push(q);
+                    src.push(q);
+                }
+                let flat = {
+                    let p = c.env.pool_mut();
+                    let row = p.mul(pos[0], ins[1]);
+                    p.add(row, pos[1])
+                };
+                let m = if inside.is_empty() {
+                    None
+                } else {
+                    let e = c.env.pool_mut().and(&inside);
+                    let m = c.body.index(e);
+                    Some(c.body.cast(m, DType::Bool))
+                };
+                let outer = m.map(|m| c.body.enter_mask(m));
+                let v = xl(c, &src);
+                let v = c.body.cast(v, cd);
+                if let Some(o) = outer {
+                    c.body.exit_mask(o);
+                }
+                let gt = c.body.binary(BinaryOp::Gt, v, acc);
+                let nan = c.body.binary(BinaryOp::Ne, v, v);
+                let fresh = c.body.unary(UnaryOp::LogicalNot, seen);
+                let better = c.body.binary(BinaryOp::LogicalOr, gt, nan);
+                let mut take = c.body.binary(BinaryOp::LogicalOr, better, fresh);
+                if let Some(m) = m {
+                    take = c.body.binary(BinaryOp::LogicalAnd, take, m);
+                    seen = c.body.binary(BinaryOp::LogicalOr, seen, m);
+                } else {
+                    seen = c.body.constant(Constant::Int(1), DType::Bool);
+                }
+                acc = c.body.where_(take, v, acc);
+                let here = c.body.index(flat);
+                at = c.body.where_(take, here, at);
+            }
+        }
+        (acc, at)
+    };
+    let window = Rc::new(window);
+    let (xl, w2) = (x.loader.clone(), window.clone());
+    let values: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| window(c, &xl, idx).0);
+    let xl = x.loader.clone();
+    let indices: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| w2(c, &xl, idx).1);
+    Ok(vec![
+        LTensor::lazy(dtype, sizes.clone(), values),
+        LTensor::lazy(DType::I64, sizes, indices),
+    ])
+}
