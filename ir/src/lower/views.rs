@@ -5,6 +5,7 @@
 use std::rc::Rc;
 
 use super::ops::wrap_dim;
+use crate::loop_ir::Layout;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::sym::Expr;
 
@@ -162,7 +163,24 @@ pub(super) fn view(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> {
         let src: Vec<Expr> = src.into_iter().map(|e| c.env.simplify(e)).collect();
         inner(c, &src)
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    // A view of dense row-major storage is still one: the library kernels read it in place
+    // (a convolution's weight as a matrix, no copy).
+    let strided = x.strided.as_ref().and_then(|(base, layout)| {
+        let dense = Layout::contiguous(&mut l.env, &x.sizes);
+        let same = dense
+            .strides
+            .iter()
+            .zip(&layout.strides)
+            .all(|(&a, &b)| l.env.simplify(a) == l.env.simplify(b));
+        same.then(|| {
+            let mut v = Layout::contiguous(&mut l.env, &sizes);
+            v.offset = layout.offset;
+            (*base, v)
+        })
+    });
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    Ok(t)
 }
 
 /// Consecutive ranges of input and output dimensions whose size products are provably equal,
