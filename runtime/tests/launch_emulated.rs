@@ -497,3 +497,49 @@ fn sizes_named_like_c_keywords_or_generated_locals_run_correctly() {
         assert_eq!(host_steps, 0, "{what}");
     }
 }
+
+#[test]
+fn remainders_match_the_reference_on_the_device() {
+    // fmod (the dividend's sign) and remainder (the divisor's), floats and integers; an integer
+    // zero divisor is an error naming the node.
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "remainders",
+        "symbols": [{"name": "u0", "kind": "unbacked", "max": 100000}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["u0", 5]}, {"name": "y", "dtype": "f32", "shape": [5]},
+                   {"name": "i", "dtype": "i64", "shape": ["u0", 5]}, {"name": "h", "dtype": "bf16", "shape": ["u0", 5]},
+                   {"name": "d", "dtype": "i32", "shape": [5]}],
+        "nodes": [{"name": "a", "op": "aten.fmod.Tensor", "args": {"self": {"tensor": "x"}, "other": {"tensor": "y"}}},
+                  {"name": "b", "op": "aten.fmod.Scalar", "args": {"self": {"tensor": "i"}, "other": -3}},
+                  {"name": "c", "op": "aten.remainder.Tensor", "args": {"self": {"tensor": "h"}, "other": {"tensor": "x"}}},
+                  {"name": "e", "op": "aten.remainder.Scalar", "args": {"self": {"tensor": "i"}, "other": 4}},
+                  {"name": "f", "op": "aten.remainder.Tensor", "args": {"self": {"tensor": "i"}, "other": {"tensor": "d"}}}],
+        "outputs": [{"tensor": "a"}, {"tensor": "b"}, {"tensor": "c"}, {"tensor": "e"}, {"tensor": "f"}]}"#,
+    )
+    .unwrap();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("remainders", &exe);
+    for (seed, n) in [(1u64, 0i64), (2, 3), (3, 41)] {
+        let mut b = Bindings::new();
+        b.set(g.env.symbol_id("u0").unwrap(), n);
+        let mut inputs = random_inputs(&g, &b, seed, (-9, 9));
+        inputs[4] = HostTensor::from_i64(DType::I32, &[5], &[3, -3, 7, -1, 2]);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let what = format!("remainders at u0 = {n}");
+        let (_, host_steps) = emulated::compare(&what, &mut dev, &exe, &g, &inputs, &b);
+        assert_eq!(host_steps, 0, "{what}");
+    }
+    // A zero divisor.
+    let mut b = Bindings::new();
+    b.set(g.env.symbol_id("u0").unwrap(), 2);
+    let mut inputs = random_inputs(&g, &b, 4, (-9, 9));
+    inputs[4] = HostTensor::from_i64(DType::I32, &[5], &[3, 0, 7, -1, 2]);
+    let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+    assert!(reference::run(&g, &inputs, &b).is_err());
+    let err = run(&mut dev, &exe, Inputs::Host(&inputs), &b)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("division by zero") && err.contains("(f)"),
+        "{err}"
+    );
+}

@@ -187,13 +187,17 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
             Op::Binary(b, x, y) => {
                 let (a, c) = (name(x), name(y));
                 match b {
-                    BinaryOp::FloorDiv | BinaryOp::TruncDiv if !dt(x).is_float() => {
+                    BinaryOp::FloorDiv | BinaryOp::TruncDiv | BinaryOp::Rem
+                        if !dt(x).is_float() =>
+                    {
                         let code = sc.error("integer division by zero".into());
-                        let q = if b == BinaryOp::FloorDiv {
-                            let s = if t == "int" { "i32" } else { "i64" };
-                            format!("gl_floordiv_{s}({a}, {c})")
-                        } else {
-                            format!("({a} / {c})")
+                        let q = match b {
+                            BinaryOp::FloorDiv => {
+                                let s = if t == "int" { "i32" } else { "i64" };
+                                format!("gl_floordiv_{s}({a}, {c})")
+                            }
+                            BinaryOp::Rem => format!("({a} % {c})"),
+                            _ => format!("({a} / {c})"),
                         };
                         format!("({c} == 0 ? (gl_fail(gl_error, {code}), ({t})0) : ({t}){q})")
                     }
@@ -301,6 +305,8 @@ fn binary(b: BinaryOp, a: &str, c: &str, operand: DType, d: DType) -> String {
         BinaryOp::FloorDiv => format!("floor({a} / {c})"),
         BinaryOp::TruncDiv if f => format!("truncf({a} / {c})"),
         BinaryOp::TruncDiv => format!("trunc({a} / {c})"),
+        BinaryOp::Rem if f => format!("fmodf({a}, {c})"),
+        BinaryOp::Rem => format!("fmod({a}, {c})"),
         BinaryOp::Pow if f => format!("powf({a}, {c})"),
         BinaryOp::Pow if operand.is_float() => format!("pow({a}, {c})"),
         BinaryOp::Pow => format!(

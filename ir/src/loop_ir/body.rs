@@ -43,6 +43,8 @@ pub enum BinaryOp {
     FloorDiv,
     /// Division rounded toward zero (`rounding_mode='trunc'`).
     TruncDiv,
+    /// The remainder of `TruncDiv`, with the dividend's sign: C's `fmod` and integer `%`.
+    Rem,
     Pow,
     Max,
     Min,

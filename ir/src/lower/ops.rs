@@ -154,6 +154,35 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 c.body.binary(bin, v[0], v[1])
             })?)
         }
+        "fmod" | "remainder" => {
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            let t = result_type(&[&a, &b])?;
+            if t == DType::Bool {
+                return msg(format!("{name} needs numbers, found bool tensors"));
+            }
+            let cd = compute_dtype(t);
+            let python = name == "remainder";
+            one(map(l, &[a, b], t, t, move |c, v| {
+                let r = c.body.binary(BinaryOp::Rem, v[0], v[1]);
+                if !python {
+                    return r;
+                }
+                // The divisor's sign, as ATen: a non-zero remainder of the other sign gains b.
+                let zero = if cd.is_float() {
+                    Constant::float(0.0)
+                } else {
+                    Constant::Int(0)
+                };
+                let zero = c.body.constant(zero, cd);
+                let nonzero = c.body.binary(BinaryOp::Ne, r, zero);
+                let r_neg = c.body.binary(BinaryOp::Lt, r, zero);
+                let b_neg = c.body.binary(BinaryOp::Lt, v[1], zero);
+                let signs = c.body.binary(BinaryOp::Ne, r_neg, b_neg);
+                let fix = c.body.binary(BinaryOp::LogicalAnd, nonzero, signs);
+                let moved = c.body.binary(BinaryOp::Add, r, v[1]);
+                c.body.where_(fix, moved, r)
+            })?)
+        }
         "pow" => {
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "exponent")?);
             let t = result_type(&[&a, &b])?;

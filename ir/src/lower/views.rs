@@ -5,8 +5,8 @@
 use std::rc::Rc;
 
 use super::ops::wrap_dim;
-use crate::loop_ir::Layout;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::loop_ir::Layout;
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;

@@ -601,6 +601,29 @@ pub(super) fn run_node(
                 ))
             })?)
         }
+        "fmod" | "remainder" => {
+            let (a, c) = (n.operand("self")?, n.operand("other")?);
+            let d = result_type(&[&a, &c])?;
+            if d == DType::Bool {
+                return fail("fmod of bools");
+            }
+            let python = name == "remainder";
+            out(elementwise(&[&a, &c], d, d, |v| {
+                if d.is_float() {
+                    let (x, y) = (v[0].f(), v[1].f());
+                    let r = x % y;
+                    let fix = python && r != 0.0 && (r < 0.0) != (y < 0.0);
+                    return Ok(E::F(if fix { r + y } else { r }));
+                }
+                let (x, y) = (v[0].i(), v[1].i());
+                if y == 0 {
+                    return fail("integer division by zero");
+                }
+                let r = x.wrapping_rem(y);
+                let fix = python && r != 0 && (r < 0) != (y < 0);
+                Ok(E::I(if fix { r + y } else { r }))
+            })?)
+        }
         "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" => {
             let (a, c) = (n.operand("self")?, n.operand("other")?);
             let d = if name.starts_with("logical") {

@@ -427,6 +427,28 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.repeat.default",
         r#"{"self": {"tensor": "x"}, "repeats": [2, 1, 3]}"#,
     ),
+    // Remainders with the dividend's sign (fmod) and the divisor's (remainder), floats and
+    // integers (divisors of either sign; an integer zero divisor is an error both ways).
+    (
+        "aten.fmod.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.fmod.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": -3}"#,
+    ),
+    (
+        "aten.remainder.Tensor",
+        r#"{"self": {"tensor": "h"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.remainder.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": 4}"#,
+    ),
+    (
+        "aten.remainder.Scalar",
+        r#"{"self": {"tensor": "x"}, "other": -0.75}"#,
+    ),
     (
         "aten.repeat.default",
         r#"{"self": {"tensor": "ids"}, "repeats": ["u0"]}"#,

@@ -933,6 +933,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
                             .into_float_value(),
                     ))
                 }
+                Rem => Ok(Val::F(b.build_float_rem(fx, fy, "")?)),
                 Pow => {
                     let name = if t == self.cx.f64_type() {
                         "gl_pow"
@@ -988,6 +989,12 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     let y1 = self.safe_divisor(iy)?;
                     Val::I(b.build_int_signed_div(ix, y1, "")?)
                 }
+            }
+            Rem => {
+                let nz = b.build_int_compare(IntPredicate::NE, iy, self.const_i64(0), "")?;
+                self.require(nz, "integer division by zero".to_string())?;
+                let y1 = self.safe_divisor(iy)?;
+                Val::I(b.build_int_signed_rem(ix, y1, "")?)
             }
             Pow => Val::I(
                 self.call("gl_ipow", &[ix.into(), iy.into()])?

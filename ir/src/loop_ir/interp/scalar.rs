@@ -132,6 +132,7 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             Div => V::F(x / y),
             FloorDiv => V::F((x / y).floor()),
             TruncDiv => V::F((x / y).trunc()),
+            Rem => V::F(x % y),
             Pow => V::F(x.powf(y)),
             Max => V::F(ieee_max_min(x, y, true)),
             Min => V::F(ieee_max_min(x, y, false)),
@@ -162,6 +163,12 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             } else {
                 q
             })
+        }
+        Rem => {
+            if y == 0 {
+                return Err("integer division by zero".into());
+            }
+            V::I(x.wrapping_rem(y))
         }
         Pow => V::I(if y < 0 {
             0
