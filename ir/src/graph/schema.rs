@@ -82,6 +82,8 @@ pub enum Arg {
     Ints(Vec<Expr>),
     Scalar(Scalar),
     Float(f64),
+    /// `float[]` (an upsampling's scale factors).
+    Floats(Vec<f64>),
     Bool(bool),
     Str(String),
     DType(DType),
@@ -339,6 +341,19 @@ fn bind_value(v: &Value, ty: &ParamType, env: &mut ShapeEnv) -> Result<Arg, Stri
                         Value::None if ty.elem_optional => Ok(None),
                         other => Err(format!(
                             "expected a list of tensors, found {} in it",
+                            describe(other)
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+            )),
+            Base::Float => Ok(Arg::Floats(
+                items
+                    .iter()
+                    .map(|x| match x {
+                        Value::Float(f) => Ok(*f),
+                        Value::Int(i) => Ok(*i as f64),
+                        other => Err(format!(
+                            "expected a list of floats, found {} in it",
                             describe(other)
                         )),
                     })

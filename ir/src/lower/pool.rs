@@ -1,6 +1,7 @@
-//! The per-channel and windowed ops of convolutional networks: inference batch norm and
-//! `max_pool2d_with_indices`, both pointwise over their outputs (a pooling window is a few taps,
-//! unrolled). Spatial sizes may be symbolic.
+//! The per-channel and windowed ops of convolutional networks: inference batch norm,
+//! `max_pool2d_with_indices` and nearest upsampling, each pointwise over its outputs (a pooling
+//! window is a few taps, unrolled; an upsampling a computed gather). Spatial sizes may be
+//! symbolic.
 
 use std::rc::Rc;
 
@@ -241,4 +242,92 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         LTensor::lazy(dtype, sizes.clone(), values),
         LTensor::lazy(DType::I64, sizes, indices),
     ])
+}
+
+/// `upsample_nearest2d.vec` (`exact`: `_upsample_nearest_exact2d.vec`) over the last two
+/// dimensions: output position `o` reads the input at `min(floor(o · scale), I − 1)` (exact:
+/// `floor((o + ½) · scale)`), the scale `1 / factor` when factors are given, else `I / O` — in
+/// f32, as ATen computes it, so every size picks ATen's source rows.
+pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) -> R<LTensor> {
+    let x = tensor(l, n, "input")?;
+    let rank = x.sizes.len();
+    if rank < 3 {
+        return msg(format!(
+            "expects an input of 3 or more dimensions, found {rank}"
+        ));
+    }
+    let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];
+    let factors = match n.arg("scale_factors") {
+        Some(Arg::Floats(f)) if f.len() == 2 && f.iter().all(|&v| v > 0.0) => Some([f[0], f[1]]),
+        Some(Arg::Floats(f)) => {
+            return msg(format!(
+                "scale_factors: expected 2 positive values, found {f:?}"
+            ))
+        }
+        _ => None,
+    };
+    let outs: [Expr; 2] = match (n.arg("output_size"), factors) {
+        (Some(Arg::Ints(v)), _) if v.len() == 2 => [v[0], v[1]],
+        (Some(Arg::Ints(v)), _) => {
+            return msg(format!("output_size: expected 2 sizes, found {}", v.len()))
+        }
+        (_, Some(f)) => {
+            let mut o = ins;
+            for i in 0..2 {
+                // floor(I · factor): a constant, or a symbolic size times a whole factor.
+                o[i] = match l.env.pool().as_const(ins[i]) {
+                    Some(v) => l.env.pool_mut().constant((v as f64 * f[i]).floor() as i64),
+                    None if f[i].fract() == 0.0 => l.env.pool_mut().scale(ins[i], f[i] as i64),
+                    None => {
+                        return msg(format!(
+                            "a fractional scale factor {} of the symbolic size {}",
+                            f[i],
+                            l.env.text(ins[i])
+                        ))
+                    }
+                };
+            }
+            o
+        }
+        _ => return msg("needs output_size or scale_factors"),
+    };
+    let mut sizes = x.sizes[..rank - 2].to_vec();
+    sizes.extend(outs);
+    let xl = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx[..rank - 2].to_vec();
+        for i in 0..2 {
+            let scale = match factors {
+                Some(f) => c
+                    .body
+                    .constant(Constant::float((1.0 / f[i]) as f32 as f64), DType::F32),
+                None => {
+                    let (a, b) = (c.body.index(ins[i]), c.body.index(outs[i]));
+                    let (a, b) = (c.body.cast(a, DType::F32), c.body.cast(b, DType::F32));
+                    c.body.binary(BinaryOp::Div, a, b)
+                }
+            };
+            let o = c.body.index(idx[rank - 2 + i]);
+            let mut o = c.body.cast(o, DType::F32);
+            if exact {
+                let half = c.body.constant(Constant::float(0.5), DType::F32);
+                o = c.body.binary(BinaryOp::Add, o, half);
+            }
+            // Non-negative: the conversion's truncation is the floor.
+            let p = c.body.binary(BinaryOp::Mul, o, scale);
+            let p = c.body.cast(p, DType::I64);
+            let last = {
+                let p = c.env.pool_mut();
+                let minus_one = p.constant(-1);
+                p.add(ins[i], minus_one)
+            };
+            let last = c.body.index(last);
+            let p = c.body.binary(BinaryOp::Min, p, last);
+            let var = c.env.new_index_var("t", ins[i]);
+            c.body.bind(var, p, ins[i]);
+            src.push(var);
+        }
+        xl(c, &src)
+    });
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
 }

@@ -1536,6 +1536,9 @@ pub(super) fn run_node(
         "convolution" => conv::convolution(&n),
         "_native_batch_norm_legit_no_training" => conv::batch_norm(&n),
         "max_pool2d_with_indices" => conv::max_pool2d(&n),
+        "upsample_nearest2d" | "_upsample_nearest_exact2d" => {
+            conv::upsample_nearest2d(&n, name.starts_with('_'))
+        }
         "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {

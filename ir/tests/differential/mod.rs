@@ -431,7 +431,8 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
 /// A convolutional network's other ops over `x: [n, 3, h, w]` in `dtype`: inference batch norm
 /// (weights, biases, running statistics, the variance through `abs`) and three max poolings
 /// (ResNet's stem 3×3/2 padded; 2×2; 3×2 strided, padded, dilated with ceil mode), each
-/// pooling's values and indices an output.
+/// pooling's values and indices an output; and nearest upsamplings (by factors 2 and 3, to fixed
+/// and symbolic sizes, the exact variant).
 pub fn pooling_graph(dtype: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
@@ -451,10 +452,17 @@ pub fn pooling_graph(dtype: &str) -> Graph {
                     "args": {{"self": {{"tensor": "x"}}, "kernel_size": [2, 2]}}}},
                   {{"name": "p3", "op": "aten.max_pool2d_with_indices.default",
                     "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 2], "stride": [1, 2], "padding": [1, 0],
-                             "dilation": [2, 1], "ceil_mode": true}}}}],
+                             "dilation": [2, 1], "ceil_mode": true}}}},
+                  {{"name": "u1", "op": "aten.upsample_nearest2d.vec",
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": null, "scale_factors": [2.0, 3.0]}}}},
+                  {{"name": "u2", "op": "aten.upsample_nearest2d.vec",
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": [7, "2*w + 1"], "scale_factors": null}}}},
+                  {{"name": "u3", "op": "aten._upsample_nearest_exact2d.vec",
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["h + 3", 5], "scale_factors": null}}}}],
         "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
                     {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
-                    {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}}]}}"#
+                    {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}},
+                    {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}]}}"#
     ))
     .expect("a valid graph")
 }

@@ -202,3 +202,53 @@ pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
         build(crate::graph::DType::I64, shape, idxs),
     ])
 }
+
+/// Nearest upsampling as ATen's `nearest_idx` (and `nearest_neighbor_exact_compute_source_index`):
+/// the same size reads straight through, twice the size halves (not exact), else the f32 scale.
+pub(super) fn upsample_nearest2d(n: &Node, exact: bool) -> R<Vec<HostTensor>> {
+    let x = n.tensor("input")?;
+    let rank = x.shape.len();
+    if rank < 3 {
+        return fail("upsampling needs 3 or more dimensions");
+    }
+    let ins = [x.shape[rank - 2], x.shape[rank - 1]];
+    let factors = match n.node.arg("scale_factors") {
+        Some(Arg::Floats(f)) if f.len() == 2 => Some([f[0], f[1]]),
+        _ => None,
+    };
+    let outs = match (n.ints("output_size")?.as_slice(), factors) {
+        ([a, b], _) => [*a as usize, *b as usize],
+        (_, Some(f)) => [
+            (ins[0] as f64 * f[0]).floor() as usize,
+            (ins[1] as f64 * f[1]).floor() as usize,
+        ],
+        _ => return fail("needs output_size or scale_factors"),
+    };
+    let source = |o: usize, i: usize| -> usize {
+        let (inp, out) = (ins[i], outs[i]);
+        if !exact && out == inp {
+            return o;
+        }
+        if !exact && out == 2 * inp {
+            return o >> 1;
+        }
+        let scale = match factors {
+            Some(f) => (1.0 / f[i]) as f32,
+            None => inp as f32 / out as f32,
+        };
+        let at = if exact { o as f32 + 0.5 } else { o as f32 };
+        ((at * scale).floor() as usize).min(inp - 1)
+    };
+    let mut shape = x.shape[..rank - 2].to_vec();
+    shape.extend(outs);
+    let st = strides(&x.shape);
+    let vals = (0..shape.iter().product::<usize>())
+        .map(|e| {
+            let mut idx = unflatten(e, &shape);
+            idx[rank - 2] = source(idx[rank - 2], 0);
+            idx[rank - 1] = source(idx[rank - 1], 1);
+            elem(&x, flat(&idx, &st))
+        })
+        .collect();
+    Ok(vec![build(x.dtype, shape, vals)])
+}
