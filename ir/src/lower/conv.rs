@@ -6,7 +6,7 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, int, map, matmul, tensor};
+use super::ops::{const_ints, int, map, matmul, msg, tensor};
 use super::promote::compute_dtype;
 use super::views::{assert_equal, numel, permute, view};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
@@ -15,10 +15,6 @@ use crate::loop_ir::{BinaryOp, Constant};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
-
-fn msg<T>(m: impl Into<String>) -> R<T> {
-    Err(NodeError::Message(m.into()))
-}
 
 /// One value per spatial dimension: a single one stands for all.
 fn per_dim(l: &Lowerer, n: &GraphNode, name: &str, d: usize) -> R<Vec<i64>> {

@@ -10,7 +10,7 @@ use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
 
-fn msg<T>(m: impl Into<String>) -> R<T> {
+pub(super) fn msg<T>(m: impl Into<String>) -> R<T> {
     Err(NodeError::Message(m.into()))
 }
 

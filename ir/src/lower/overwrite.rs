@@ -6,12 +6,13 @@
 
 use std::rc::Rc;
 
-use super::ops::{dim_arg, scalar_arg, scalar_value, tensor};
+use super::ops::{dim_arg, msg, scalar_arg, scalar_value, tensor};
 use super::promote::compute_dtype;
+use super::routing::ScatterStep;
 use super::views::{assert_equal, clamp_bound, expand, slice};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{DType, GraphNode};
-use crate::loop_ir::{BodyBuilder, BufferKind, Layout, Loops};
+use crate::loop_ir::BodyBuilder;
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -238,22 +239,12 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
         (None, None) => unreachable!("a source or a value"),
     };
     let v = c.body.cast(v, cd);
-    let target = Layout::contiguous(c.env, &base.sizes).index(c.env, &at);
-    let kind = BufferKind::Scatter {
-        base: base.buffer.expect("realized"),
-        loops: Loops {
-            ranges: index.sizes.clone(),
-            vars,
-            reduction: None,
-        },
+    let step = ScatterStep {
+        ranges: index.sizes.clone(),
+        vars,
         body: body.finish(v),
-        target,
+        at,
         accumulate,
     };
-    let sizes = base.sizes.clone();
-    Ok(l.add_buffer(kind, xd, &sizes, &n.name))
-}
-
-fn msg<T>(m: impl Into<String>) -> R<T> {
-    Err(NodeError::Message(m.into()))
+    Ok(step.add(l, &base, xd, &n.name))
 }

@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, map, tensor};
+use super::ops::{const_ints, map, msg, tensor};
 use super::promote::compute_dtype;
 use super::views::view;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
@@ -14,10 +14,6 @@ use crate::loop_ir::{BinaryOp, Constant, UnaryOp};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
-
-fn msg<T>(m: impl Into<String>) -> R<T> {
-    Err(NodeError::Message(m.into()))
-}
 
 fn float(l: &Lowerer, n: &GraphNode, name: &str) -> R<f64> {
     match n.arg(name) {

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, int, ints, opt_int, scalar_arg, tensor};
+use super::ops::{const_ints, int, ints, msg, opt_int, scalar_arg, tensor};
 use super::views::{assert_equal, expand, index_plan, numel, view};
 use super::{compute_dtype, Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
@@ -15,10 +15,6 @@ use crate::loop_ir::{
 use crate::sym::{Expr, SymbolId};
 
 type R<T> = Result<T, NodeError>;
-
-fn msg<T>(m: impl Into<String>) -> R<T> {
-    Err(NodeError::Message(m.into()))
-}
 
 fn is_mask(t: &LTensor) -> bool {
     t.dtype == DType::Bool || t.dtype == DType::U8
@@ -197,20 +193,48 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let src = (plan.source)(&mut ctx, &vars);
     let v = (values.loader)(&mut ctx, &vars);
     let v = ctx.body.cast(v, cd);
-    let target = Layout::contiguous(ctx.env, &base.sizes).index(ctx.env, &src);
-    let kind = BufferKind::Scatter {
-        base: base.buffer.expect("realized"),
-        loops: Loops {
-            ranges: plan.sizes,
-            vars,
-            reduction: None,
-        },
+    let step = ScatterStep {
+        ranges: plan.sizes,
+        vars,
         body: body.finish(v),
-        target,
+        at: src,
         accumulate,
     };
-    let sizes = base.sizes.clone();
-    Ok(l.add_buffer(kind, xd, &sizes, &n.name))
+    Ok(step.add(l, &base, xd, &n.name))
+}
+
+/// A scatter step over a realized copy of its base: for every point of `ranges` (`vars`), the
+/// body's value written (or added) at index `at` of the base's shape.
+pub(super) struct ScatterStep {
+    pub ranges: Vec<Expr>,
+    pub vars: Vec<Expr>,
+    pub body: crate::loop_ir::Body,
+    pub at: Vec<Expr>,
+    pub accumulate: bool,
+}
+
+impl ScatterStep {
+    pub(super) fn add(
+        self,
+        l: &mut Lowerer,
+        base: &LTensor,
+        dtype: DType,
+        origin: &str,
+    ) -> LTensor {
+        let target = Layout::contiguous(&mut l.env, &base.sizes).index(&mut l.env, &self.at);
+        let kind = BufferKind::Scatter {
+            base: base.buffer.expect("realized"),
+            loops: Loops {
+                ranges: self.ranges,
+                vars: self.vars,
+                reduction: None,
+            },
+            body: self.body,
+            target,
+            accumulate: self.accumulate,
+        };
+        l.add_buffer(kind, dtype, &base.sizes, origin)
+    }
 }
 
 /// `repeat_interleave.Tensor`: position `j` of the result is the `i` whose run of `repeats[i]`

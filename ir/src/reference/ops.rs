@@ -358,6 +358,26 @@ fn unary_float(name: &str, x: f64) -> f64 {
     }
 }
 
+/// A slice's dimension, start and end (ATen's clamping), step and length, from the node's
+/// `dim`, `start`, `end`, `step` over `x`.
+fn slice_bounds(n: &Node, x: &HostTensor) -> R<(usize, i64, i64, i64, usize)> {
+    let dim = wrap(n.int("dim")?, x.shape.len())?;
+    let size = x.shape[dim] as i64;
+    let clampb = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size);
+    let start = clampb(n.opt_int("start")?.unwrap_or(0));
+    let end = clampb(n.opt_int("end")?.unwrap_or(size));
+    let step = n.int("step")?;
+    if step <= 0 {
+        return fail("slice step must be positive");
+    }
+    let len = if end > start {
+        (end - start + step - 1) / step
+    } else {
+        0
+    };
+    Ok((dim, start, end, step, len as usize))
+}
+
 /// Gathers `t` at the index map `src(out_idx)` into a new tensor of `shape` (views materialized).
 fn gather_view(
     t: &HostTensor,
@@ -1249,22 +1269,9 @@ pub(super) fn run_node(
         }
         "slice" => {
             let x = n.tensor("self")?;
-            let dim = wrap(n.int("dim")?, x.shape.len())?;
-            let size = x.shape[dim] as i64;
-            let clampb = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size);
-            let start = clampb(n.opt_int("start")?.unwrap_or(0));
-            let end = clampb(n.opt_int("end")?.unwrap_or(size));
-            let step = n.int("step")?;
-            if step <= 0 {
-                return fail("slice step must be positive");
-            }
-            let len = if end > start {
-                (end - start + step - 1) / step
-            } else {
-                0
-            };
+            let (dim, start, _, step, len) = slice_bounds(&n, &x)?;
             let mut shape = x.shape.clone();
-            shape[dim] = len as usize;
+            shape[dim] = len;
             out(gather_view(&x, shape, |idx| {
                 let mut s = idx.to_vec();
                 s[dim] = (start + idx[dim] as i64 * step) as usize;

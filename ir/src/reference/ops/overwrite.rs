@@ -46,22 +46,9 @@ fn check_shape(op: &str, want: &[usize], src: &HostTensor) -> R<()> {
 
 pub(super) fn slice_scatter(n: &Node) -> R<Vec<HostTensor>> {
     let (x, src) = (n.tensor("self")?, n.tensor("src")?);
-    let dim = wrap(n.int("dim")?, x.shape.len())?;
-    let size = x.shape[dim] as i64;
-    let clampb = |v: i64| (if v < 0 { v + size } else { v }).clamp(0, size);
-    let start = clampb(n.opt_int("start")?.unwrap_or(0));
-    let end = clampb(n.opt_int("end")?.unwrap_or(size));
-    let step = n.int("step")?;
-    if step <= 0 {
-        return fail("slice step must be positive");
-    }
-    let len = if end > start {
-        (end - start + step - 1) / step
-    } else {
-        0
-    };
+    let (dim, start, end, step, len) = super::slice_bounds(n, &x)?;
     let mut region = x.shape.clone();
-    region[dim] = len as usize;
+    region[dim] = len;
     check_shape("slice_scatter", &region, &src)?;
     replace_region(&x, &src, dim, true, |i| {
         let i = i as i64;
