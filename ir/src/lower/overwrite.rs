@@ -9,7 +9,7 @@ use std::rc::Rc;
 use super::ops::{dim_arg, msg, scalar_arg, scalar_value, tensor};
 use super::promote::compute_dtype;
 use super::routing::ScatterStep;
-use super::views::{assert_equal, clamp_bound, expand, slice};
+use super::views::{assert_equal, expand, slice, slice_range, wrap_index};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{DType, GraphNode};
 use crate::loop_ir::BodyBuilder;
@@ -35,13 +35,8 @@ pub(super) fn slice_scatter(
         .pool()
         .as_const(step)
         .expect("slice checked a constant step");
-    let size = x.sizes[dim];
+    let (start, end) = slice_range(l, start, end, x.sizes[dim]);
     let zero = l.env.pool_mut().zero();
-    let start = clamp_bound(l, start.unwrap_or(zero), size);
-    let end = match end {
-        Some(e) => clamp_bound(l, e, size),
-        None => size,
-    };
     // Element i of the dimension is written when start <= i < end and i - start is a multiple
     // of the step; it then reads src at (i - start) / step.
     Ok(pick(
@@ -83,12 +78,7 @@ pub(super) fn select_scatter(
     // `select` checks the index's range (at run time when it is symbolic).
     let region = super::views::select(l, x.clone(), dim, index)?;
     same_shape(l, &region.sizes, &src, "select_scatter")?;
-    let p = l.env.pool_mut();
-    let zero = p.zero();
-    let neg = p.lt(index, zero);
-    let wrapped = p.add(index, x.sizes[dim]);
-    let at = p.where_(neg, wrapped, index);
-    let at = l.env.simplify(at);
+    let at = wrap_index(l, index, x.sizes[dim]);
     Ok(pick(
         x,
         src,

@@ -433,8 +433,36 @@ pub(super) fn repeat(l: &mut Lowerer, x: LTensor, repeats: &[Expr]) -> R<LTensor
     Ok(LTensor::lazy(x.dtype, sizes, loader))
 }
 
+/// A slice's `[start, end)` in a dimension of `size`, each bound clamped as ATen does (missing:
+/// the whole dimension).
+pub(super) fn slice_range(
+    l: &mut Lowerer,
+    start: Option<Expr>,
+    end: Option<Expr>,
+    size: Expr,
+) -> (Expr, Expr) {
+    let zero = l.env.pool_mut().zero();
+    let start = clamp_bound(l, start.unwrap_or(zero), size);
+    let end = match end {
+        Some(e) => clamp_bound(l, e, size),
+        None => size,
+    };
+    (start, end)
+}
+
+/// An index into a dimension of `size`, negative counting from the end (its range is checked
+/// by the caller).
+pub(super) fn wrap_index(l: &mut Lowerer, index: Expr, size: Expr) -> Expr {
+    let p = l.env.pool_mut();
+    let zero = p.zero();
+    let neg = p.lt(index, zero);
+    let wrapped = p.add(index, size);
+    let at = p.where_(neg, wrapped, index);
+    l.env.simplify(at)
+}
+
 /// ATen's clamping of a slice bound: negative counts from the end, then into `[0, size]`.
-pub(super) fn clamp_bound(l: &mut Lowerer, b: Expr, size: Expr) -> Expr {
+fn clamp_bound(l: &mut Lowerer, b: Expr, size: Expr) -> Expr {
     let p = l.env.pool_mut();
     let zero = p.zero();
     let neg = p.lt(b, zero);
@@ -462,13 +490,9 @@ pub(super) fn slice(
         }
     };
     let size = x.sizes[dim];
-    let zero = l.env.pool_mut().zero();
-    let start = clamp_bound(l, start.unwrap_or(zero), size);
-    let end = match end {
-        Some(e) => clamp_bound(l, e, size),
-        None => size,
-    };
+    let (start, end) = slice_range(l, start, end, size);
     let p = l.env.pool_mut();
+    let zero = p.zero();
     let diff = p.sub(end, start);
     let k = p.constant(step);
     let len = p.ceildiv(diff, k);
@@ -505,12 +529,7 @@ pub(super) fn select(l: &mut Lowerer, x: LTensor, dim: usize, index: Expr) -> R<
             ))
         })?;
     }
-    let p = l.env.pool_mut();
-    let zero = p.zero();
-    let neg = p.lt(index, zero);
-    let wrapped = p.add(index, size);
-    let at = p.where_(neg, wrapped, index);
-    let at = l.env.simplify(at);
+    let at = wrap_index(l, index, size);
     let mut sizes = x.sizes.clone();
     sizes.remove(dim);
     let inner = x.loader.clone();
