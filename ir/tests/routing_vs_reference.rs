@@ -341,8 +341,8 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
         ),
         (
             "aten.convolution.default",
-            r#"{"input": {"tensor": "z"}, "weight": {"tensor": "bw"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": true, "output_padding": [0], "groups": 1}"#,
-            "transposed convolutions are not supported",
+            r#"{"input": {"tensor": "z"}, "weight": {"tensor": "bw"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": true, "output_padding": [1], "groups": 1}"#,
+            "output_padding must be smaller than the stride or the dilation",
         ),
         (
             "aten.convolution.default",

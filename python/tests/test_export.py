@@ -187,7 +187,8 @@ class ExportTest(unittest.TestCase):
 
     def test_a_small_convolutional_network(self):
         # Conv2d, BatchNorm2d (eval), ReLU, MaxPool2d, nearest upsampling, a grouped strided
-        # Conv2d, Conv1d over the flattened rows: batch and image sizes dynamic, against eager.
+        # Conv2d, Conv1d over the flattened rows, a grouped ConvTranspose1d: batch and image sizes
+        # dynamic, against eager.
         class Net(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -196,11 +197,12 @@ class ExportTest(unittest.TestCase):
                 self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
                 self.grouped = torch.nn.Conv2d(8, 8, 3, stride=2, groups=4, bias=False)
                 self.line = torch.nn.Conv1d(8, 4, 3, padding=1)
+                self.up = torch.nn.ConvTranspose1d(4, 6, 4, stride=2, padding=1, output_padding=1, groups=2)
 
             def forward(self, x):
                 y = self.pool(torch.relu(self.bn(self.stem(x))))
                 y = self.grouped(torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest"))
-                return self.line(y.flatten(2))
+                return self.up(self.line(y.flatten(2)))
 
         torch.manual_seed(0)
         model = Net().eval()

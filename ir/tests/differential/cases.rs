@@ -46,6 +46,20 @@ pub const CONV_CASES: &[(&str, &str, bool, &str)] = &[
         false,
         r#""stride": [1, 2, 1], "padding": [1, 0, 0], "dilation": [1, 1, 1], "groups": 1"#,
     ),
+    // Transposed (a decoder's upsampling): strided, padded, an output padding, a bias.
+    (
+        r#"["n", 4, "h", "w"]"#,
+        "[4, 3, 3, 3]",
+        true,
+        r#""stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "groups": 1, "transposed": true, "output_padding": [1, 0]"#,
+    ),
+    // Transposed 1-D: two groups, dilated, a stride of 3.
+    (
+        r#"["n", 4, "h"]"#,
+        "[4, 2, 4]",
+        true,
+        r#""stride": [3], "padding": [0], "dilation": [2], "groups": 2, "transposed": true, "output_padding": [1]"#,
+    ),
 ];
 
 /// Scatters at data-dependent positions (indices drawn by the test: in range, or not).

@@ -392,7 +392,22 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
             r#"{{"name": "k{i}", "dtype": "{dtype}", "shape": {weight}, "kind": "parameter"}}"#
         ));
         let bias_arg = if bias {
-            let o = weight.trim_start_matches('[').split(',').next().unwrap();
+            // Output channels: the weight's first size, transposed its second times the groups.
+            let dims: Vec<i64> = weight
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .map(|s| s.trim().parse().unwrap())
+                .collect();
+            let groups: i64 = args
+                .split(r#""groups": "#)
+                .nth(1)
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+                .map_or(1, |s| s.parse().unwrap());
+            let o = if args.contains(r#""transposed": true"#) {
+                dims[1] * groups
+            } else {
+                dims[0]
+            };
             inputs.push(format!(
                 r#"{{"name": "b{i}", "dtype": "{dtype}", "shape": [{o}]}}"#
             ));
@@ -403,7 +418,12 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
         nodes.push(format!(
             r#"{{"name": "out{i}", "op": "aten.convolution.default",
                 "args": {{"input": {{"tensor": "x{i}"}}, "weight": {{"tensor": "k{i}"}}, "bias": {bias_arg},
-                         {args}, "transposed": false, "output_padding": [0]}}}}"#
+                         {args}{defaults}}}}}"#,
+            defaults = if args.contains("transposed") {
+                ""
+            } else {
+                r#", "transposed": false, "output_padding": [0]"#
+            }
         ));
         outputs.push(format!(r#"{{"tensor": "out{i}"}}"#));
     }

@@ -1,6 +1,7 @@
 //! `convolution` by its definition: every output element a sum over its group's input channels
 //! and the kernel's taps (reads outside the input are zero), accumulated exactly (f64), the bias
-//! added, rounded once. Inference batch norm and max pooling (with indices) likewise.
+//! added, rounded once; transposed, every input element scattered through the kernel. Inference
+//! batch norm, max pooling (with indices) and nearest upsampling likewise.
 
 use super::{build, elem, fail, flat, strides, unflatten, Node, E, R};
 use crate::graph::Arg;
@@ -18,7 +19,7 @@ fn per_dim(n: &Node, name: &str, d: usize) -> R<Vec<i64>> {
 pub(super) fn convolution(n: &Node) -> R<Vec<HostTensor>> {
     let (x, w) = (n.tensor("input")?, n.tensor("weight")?);
     if n.flag("transposed") {
-        return fail("transposed convolutions are not supported");
+        return transposed(n, &x, &w);
     }
     let rank = x.shape.len();
     if !(3..=5).contains(&rank) || w.shape.len() != rank || x.dtype != w.dtype {
@@ -251,4 +252,90 @@ pub(super) fn upsample_nearest2d(n: &Node, exact: bool) -> R<Vec<HostTensor>> {
         })
         .collect();
     Ok(vec![build(x.dtype, shape, vals)])
+}
+
+/// A transposed convolution by its definition: every input element, times each kernel tap, added
+/// into the output at `i·stride − pad + tap·dil` (when inside), the bias added, rounded once.
+fn transposed(n: &Node, x: &HostTensor, w: &HostTensor) -> R<Vec<HostTensor>> {
+    let rank = x.shape.len();
+    if !(3..=5).contains(&rank) || w.shape.len() != rank || x.dtype != w.dtype {
+        return fail(format!(
+            "transposed convolution of {:?} by {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let d = rank - 2;
+    let (stride, pad, dil) = (
+        per_dim(n, "stride", d)?,
+        per_dim(n, "padding", d)?,
+        per_dim(n, "dilation", d)?,
+    );
+    let extra = match n.ints("output_padding")?.as_slice() {
+        [] => vec![0; d],
+        [v] => vec![*v; d],
+        v if v.len() == d => v.to_vec(),
+        v => return fail(format!("output_padding {v:?}")),
+    };
+    let groups = n.int("groups")? as usize;
+    let (batch, ch, og) = (x.shape[0], x.shape[1], w.shape[1]);
+    if groups < 1 || w.shape[0] != ch || ch % groups != 0 {
+        return fail(format!(
+            "{ch} input channels, weight {:?}, {groups} groups",
+            w.shape
+        ));
+    }
+    let (cg, oc) = (ch / groups, og * groups);
+    let (ins, ks) = (&x.shape[2..], &w.shape[2..]);
+    let mut outs = Vec::with_capacity(d);
+    for i in 0..d {
+        let o = (ins[i] as i64 - 1) * stride[i] - 2 * pad[i]
+            + dil[i] * (ks[i] as i64 - 1)
+            + extra[i]
+            + 1;
+        if o < 1 {
+            return fail(format!("transposed convolution output size {o}"));
+        }
+        outs.push(o as usize);
+    }
+    let mut shape = vec![batch, oc];
+    shape.extend(&outs);
+    let os = strides(&shape);
+    let mut acc = vec![0.0f64; shape.iter().product()];
+    let taps: usize = ks.iter().product();
+    let ws = strides(&w.shape);
+    for e in 0..x.numel() {
+        let xi = unflatten(e, &x.shape);
+        let (nb, c) = (xi[0], xi[1]);
+        let gi = c / cg;
+        let v = elem(x, e).f();
+        for o in 0..og {
+            for t in 0..taps {
+                let tap = unflatten(t, ks);
+                let mut at = vec![nb, gi * og + o];
+                let mut inside = true;
+                for i in 0..d {
+                    let q = xi[2 + i] as i64 * stride[i] - pad[i] + tap[i] as i64 * dil[i];
+                    inside &= q >= 0 && q < outs[i] as i64;
+                    at.push(q.max(0) as usize);
+                }
+                if inside {
+                    let mut wi = vec![c, o];
+                    wi.extend(&tap);
+                    acc[flat(&at, &os)] += v * elem(w, flat(&wi, &ws)).f();
+                }
+            }
+        }
+    }
+    if let Some(Arg::Tensor(_)) = n.node.arg("bias") {
+        let b = n.tensor("bias")?;
+        let inner: usize = outs.iter().product();
+        for (k, a) in acc.iter_mut().enumerate() {
+            *a += elem(&b, (k / inner) % oc).f();
+        }
+    }
+    Ok(vec![build(
+        x.dtype,
+        shape,
+        acc.into_iter().map(E::F).collect(),
+    )])
 }
