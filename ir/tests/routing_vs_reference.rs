@@ -365,6 +365,11 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "padding at most half the kernel",
         ),
         (
+            "aten.upsample_bilinear2d.vec",
+            r#"{"input": {"tensor": "z"}, "output_size": null, "align_corners": false, "scale_factors": [0.1, 2]}"#,
+            "is not a binary fraction",
+        ),
+        (
             "aten._native_batch_norm_legit_no_training.default",
             r#"{"input": {"tensor": "i"}, "weight": null, "bias": null, "running_mean": {"tensor": "y"}, "running_var": {"tensor": "y"}, "momentum": 0.1, "eps": 1e-5}"#,
             "expects a float input",

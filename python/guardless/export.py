@@ -79,12 +79,32 @@ def _decompositions():
     return table
 
 
+def _integral(expr):
+    """`expr` with each `TruncToInt(c * ToFloat(e))` — a size scaled by a float factor, as an
+    interpolation's output size — written `(m * e) // 2^k` for the factor `c = m / 2^k` exactly
+    (binary fractions of up to 20 bits; sizes are non-negative, so truncation is the floor)."""
+    from fractions import Fraction
+
+    from torch.utils._sympy.functions import FloorDiv, ToFloat, TruncToInt
+
+    def rewrite(t):
+        coeff, rest = t.args[0].as_coeff_Mul()
+        if not isinstance(rest, ToFloat):
+            raise ExportError(f"a float size expression guardless cannot take: {t}")
+        f = Fraction(float(coeff))
+        if f.denominator > 2**20 or f.numerator > 2**20:
+            raise ExportError(f"the scale {float(coeff)} in {t} is not a binary fraction of 20 bits or fewer")
+        return FloorDiv(rest.args[0] * f.numerator, f.denominator)
+
+    return expr.replace(lambda e: isinstance(e, TruncToInt), rewrite)
+
+
 def _expr(v) -> str:
     """A SymInt/SymBool/int as the graph format's symbolic text."""
     if isinstance(v, torch.SymFloat):
         raise ExportError(f"a float scalar read from a tensor ({v.node.expr}): guardless's symbols are integers")
     if isinstance(v, (torch.SymInt, torch.SymBool)):
-        return str(v.node.expr)
+        return str(_integral(v.node.expr))
     if isinstance(v, bool):
         return "True" if v else "False"
     return str(int(v))

@@ -186,7 +186,7 @@ class ExportTest(unittest.TestCase):
                 torch.testing.assert_close(g, w)
 
     def test_a_small_convolutional_network(self):
-        # Conv2d, BatchNorm2d (eval), ReLU, MaxPool2d, nearest upsampling, a grouped strided
+        # Conv2d, BatchNorm2d (eval), ReLU, MaxPool2d, nearest and bilinear upsampling, a grouped strided
         # Conv2d, Conv1d over the flattened rows, a grouped ConvTranspose1d: batch and image sizes
         # dynamic, against eager.
         class Net(torch.nn.Module):
@@ -201,7 +201,9 @@ class ExportTest(unittest.TestCase):
 
             def forward(self, x):
                 y = self.pool(torch.relu(self.bn(self.stem(x))))
-                y = self.grouped(torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest"))
+                y = torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest")
+                y = torch.nn.functional.interpolate(y, scale_factor=1.5, mode="bilinear")
+                y = self.grouped(y)
                 return self.up(self.line(y.flatten(2)))
 
         torch.manual_seed(0)
@@ -214,7 +216,8 @@ class ExportTest(unittest.TestCase):
         e = guardless.export(model, (torch.randn(2, 3, 32, 32),), dynamic_shapes={"x": dims})
         ops = {n["op"] for n in e.graph["nodes"]}
         for op in ("aten.convolution.default", "aten._native_batch_norm_legit_no_training.default",
-                   "aten.max_pool2d_with_indices.default", "aten.upsample_nearest2d.vec"):
+                   "aten.max_pool2d_with_indices.default", "aten.upsample_nearest2d.vec",
+                   "aten.upsample_bilinear2d.vec"):
             self.assertIn(op, ops)
         for shape in [(1, 3, 9, 9), (3, 3, 32, 40), (2, 3, 17, 64)]:
             x = torch.randn(*shape)

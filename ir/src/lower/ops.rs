@@ -357,6 +357,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "convolution" => one(super::conv::convolution(l, n)?),
         "_native_batch_norm_legit_no_training" => super::pool::batch_norm(l, n),
         "max_pool2d_with_indices" => super::pool::max_pool2d(l, n),
+        "upsample_bilinear2d" => one(super::pool::upsample_bilinear2d(l, n)?),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => one(super::pool::upsample_nearest2d(
             l,
             n,

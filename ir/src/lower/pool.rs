@@ -240,11 +240,16 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     ])
 }
 
-/// `upsample_nearest2d.vec` (`exact`: `_upsample_nearest_exact2d.vec`) over the last two
-/// dimensions: output position `o` reads the input at `min(floor(o · scale), I − 1)` (exact:
-/// `floor((o + ½) · scale)`), the scale `1 / factor` when factors are given, else `I / O` — in
-/// f32, as ATen computes it, so every size picks ATen's source rows.
-pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) -> R<LTensor> {
+/// An upsampling's input and the spatial sizes: the input's last two, the output's (given, or
+/// the input's times the factors), and the factors if given.
+struct Upsampling {
+    x: LTensor,
+    ins: [Expr; 2],
+    outs: [Expr; 2],
+    factors: Option<[f64; 2]>,
+}
+
+fn upsampling(l: &mut Lowerer, n: &GraphNode) -> R<Upsampling> {
     let x = tensor(l, n, "input")?;
     let rank = x.sizes.len();
     if rank < 3 {
@@ -270,13 +275,26 @@ pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) ->
         (_, Some(f)) => {
             let mut o = ins;
             for i in 0..2 {
-                // floor(I · factor): a constant, or a symbolic size times a whole factor.
-                o[i] = match l.env.pool().as_const(ins[i]) {
-                    Some(v) => l.env.pool_mut().constant((v as f64 * f[i]).floor() as i64),
-                    None if f[i].fract() == 0.0 => l.env.pool_mut().scale(ins[i], f[i] as i64),
-                    None => {
+                // floor(I · factor): a constant, or for a symbolic size (I · m) // 2^e with the
+                // factor m / 2^e exactly (a binary fraction of few bits: the product ATen
+                // takes in f64 is exact).
+                let dyadic = (0..=20).find_map(|e| {
+                    let m = f[i] * f64::from(1u32 << e);
+                    (m.fract() == 0.0 && m < f64::from(1u32 << 20)).then_some((m as i64, 1i64 << e))
+                });
+                o[i] = match (l.env.pool().as_const(ins[i]), dyadic) {
+                    (Some(v), _) => l.env.pool_mut().constant((v as f64 * f[i]).floor() as i64),
+                    (None, Some((m, d))) => {
+                        let p = l.env.pool_mut();
+                        let scaled = p.scale(ins[i], m);
+                        let d = p.constant(d);
+                        let o = p.floordiv(scaled, d);
+                        l.env.simplify(o)
+                    }
+                    (None, None) => {
                         return msg(format!(
-                            "a fractional scale factor {} of the symbolic size {}",
+                            "the scale factor {} of the symbolic size {} is not a binary \
+                             fraction of 20 bits or fewer",
                             f[i],
                             l.env.text(ins[i])
                         ))
@@ -287,6 +305,26 @@ pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) ->
         }
         _ => return msg("needs output_size or scale_factors"),
     };
+    Ok(Upsampling {
+        x,
+        ins,
+        outs,
+        factors,
+    })
+}
+
+/// `upsample_nearest2d.vec` (`exact`: `_upsample_nearest_exact2d.vec`) over the last two
+/// dimensions: output position `o` reads the input at `min(floor(o · scale), I − 1)` (exact:
+/// `floor((o + ½) · scale)`), the scale `1 / factor` when factors are given, else `I / O` — in
+/// f32, as ATen computes it, so every size picks ATen's source rows.
+pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) -> R<LTensor> {
+    let Upsampling {
+        x,
+        ins,
+        outs,
+        factors,
+    } = upsampling(l, n)?;
+    let rank = x.sizes.len();
     let mut sizes = x.sizes[..rank - 2].to_vec();
     sizes.extend(outs);
     let xl = x.loader.clone();
@@ -326,4 +364,109 @@ pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) ->
         xl(c, &src)
     });
     Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
+
+/// `upsample_bilinear2d.vec` over the last two dimensions, as ATen's linear interpolation: the
+/// source coordinate `scale · o` (`align_corners`, scale `(I − 1)/(O − 1)`) or
+/// `max(scale · (o + ½) − ½, 0)` (scale `1 / factor`, else `I / O`), its floor `i0` (at most
+/// `I − 1`), `i1 = i0 + 1` inside the input, weights `1 − λ` and `λ`; in the compute dtype.
+pub(super) fn upsample_bilinear2d(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let Upsampling {
+        x,
+        ins,
+        outs,
+        factors,
+    } = upsampling(l, n)?;
+    if !x.dtype.is_float() {
+        return msg(format!("expects a float input, found {}", x.dtype));
+    }
+    let align = matches!(n.arg("align_corners"), Some(Arg::Bool(true)));
+    let rank = x.sizes.len();
+    let (dtype, cd) = (x.dtype, compute_dtype(x.dtype));
+    let mut sizes = x.sizes[..rank - 2].to_vec();
+    sizes.extend(outs);
+    let xl = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let float = |c: &mut Ctx, v: f64| c.body.constant(Constant::float(v), cd);
+        // Per dimension: the two source indices (bound variables) and their weights.
+        let mut taps = Vec::with_capacity(2);
+        for i in 0..2 {
+            let (one, zero) = (float(c, 1.0), float(c, 0.0));
+            let input = c.body.index(ins[i]);
+            let input = c.body.cast(input, cd);
+            let output = c.body.index(outs[i]);
+            let output = c.body.cast(output, cd);
+            let scale = if align {
+                let (a, b) = (
+                    c.body.binary(BinaryOp::Sub, input, one),
+                    c.body.binary(BinaryOp::Sub, output, one),
+                );
+                let q = c.body.binary(BinaryOp::Div, a, b);
+                let more = c.body.binary(BinaryOp::Gt, b, zero);
+                c.body.where_(more, q, zero)
+            } else {
+                match factors {
+                    Some(f) => float(c, (1.0 / f[i]) as f32 as f64),
+                    None => c.body.binary(BinaryOp::Div, input, output),
+                }
+            };
+            let o = c.body.index(idx[rank - 2 + i]);
+            let o = c.body.cast(o, cd);
+            let src = if align {
+                c.body.binary(BinaryOp::Mul, scale, o)
+            } else {
+                let half = float(c, 0.5);
+                let centre = c.body.binary(BinaryOp::Add, o, half);
+                let s = c.body.binary(BinaryOp::Mul, scale, centre);
+                let s = c.body.binary(BinaryOp::Sub, s, half);
+                c.body.binary(BinaryOp::Max, s, zero)
+            };
+            let last = {
+                let p = c.env.pool_mut();
+                let minus_one = p.constant(-1);
+                p.add(ins[i], minus_one)
+            };
+            let last = c.body.index(last);
+            // Non-negative: the conversion's truncation is the floor.
+            let i0 = c.body.cast(src, DType::I64);
+            let i0 = c.body.binary(BinaryOp::Min, i0, last);
+            let lam = c.body.cast(i0, cd);
+            let lam = c.body.binary(BinaryOp::Sub, src, lam);
+            let lam = c.body.binary(BinaryOp::Max, lam, zero);
+            let lam = c.body.binary(BinaryOp::Min, lam, one);
+            let inside = c.body.binary(BinaryOp::Lt, i0, last);
+            let step = c.body.cast(inside, DType::I64);
+            let i1 = c.body.binary(BinaryOp::Add, i0, step);
+            let (v0, v1) = (
+                c.env.new_index_var("t", ins[i]),
+                c.env.new_index_var("t", ins[i]),
+            );
+            c.body.bind(v0, i0, ins[i]);
+            c.body.bind(v1, i1, ins[i]);
+            let lam0 = c.body.binary(BinaryOp::Sub, one, lam);
+            taps.push([(v0, lam0), (v1, lam)]);
+        }
+        let mut acc = None;
+        for &(h, wh) in &taps[0] {
+            let mut row = None;
+            for &(w, ww) in &taps[1] {
+                let mut src = idx[..rank - 2].to_vec();
+                src.extend([h, w]);
+                let v = xl(c, &src);
+                let v = c.body.cast(v, cd);
+                let t = c.body.binary(BinaryOp::Mul, ww, v);
+                row = Some(match row {
+                    None => t,
+                    Some(r) => c.body.binary(BinaryOp::Add, r, t),
+                });
+            }
+            let t = c.body.binary(BinaryOp::Mul, wh, row.expect("two taps"));
+            acc = Some(match acc {
+                None => t,
+                Some(a) => c.body.binary(BinaryOp::Add, a, t),
+            });
+        }
+        acc.expect("two taps")
+    });
+    Ok(LTensor::lazy(dtype, sizes, loader))
 }

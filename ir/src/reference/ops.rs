@@ -1543,6 +1543,7 @@ pub(super) fn run_node(
         "convolution" => conv::convolution(&n),
         "_native_batch_norm_legit_no_training" => conv::batch_norm(&n),
         "max_pool2d_with_indices" => conv::max_pool2d(&n),
+        "upsample_bilinear2d" => conv::upsample_bilinear2d(&n),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => {
             conv::upsample_nearest2d(&n, name.starts_with('_'))
         }

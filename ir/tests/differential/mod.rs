@@ -451,8 +451,8 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
 /// A convolutional network's other ops over `x: [n, 3, h, w]` in `dtype`: inference batch norm
 /// (weights, biases, running statistics, the variance through `abs`) and three max poolings
 /// (ResNet's stem 3×3/2 padded; 2×2; 3×2 strided, padded, dilated with ceil mode), each
-/// pooling's values and indices an output; and nearest upsamplings (by factors 2 and 3, to fixed
-/// and symbolic sizes, the exact variant).
+/// pooling's values and indices an output; nearest upsamplings (by factors 2 and 3, to fixed and
+/// symbolic sizes, the exact variant) and bilinear ones (by factors, and with aligned corners).
 pub fn pooling_graph(dtype: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
@@ -478,11 +478,15 @@ pub fn pooling_graph(dtype: &str) -> Graph {
                   {{"name": "u2", "op": "aten.upsample_nearest2d.vec",
                     "args": {{"input": {{"tensor": "x"}}, "output_size": [7, "2*w + 1"], "scale_factors": null}}}},
                   {{"name": "u3", "op": "aten._upsample_nearest_exact2d.vec",
-                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["h + 3", 5], "scale_factors": null}}}}],
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["h + 3", 5], "scale_factors": null}}}},
+                  {{"name": "b1", "op": "aten.upsample_bilinear2d.vec",
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": null, "align_corners": false, "scale_factors": [2.0, 1.5]}}}},
+                  {{"name": "b2", "op": "aten.upsample_bilinear2d.vec",
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["2*h - 1", 3], "align_corners": true, "scale_factors": null}}}}],
         "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
                     {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
                     {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}},
-                    {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}]}}"#
+                    {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}, {{"tensor": "b1"}}, {{"tensor": "b2"}}]}}"#
     ))
     .expect("a valid graph")
 }

@@ -339,3 +339,73 @@ fn transposed(n: &Node, x: &HostTensor, w: &HostTensor) -> R<Vec<HostTensor>> {
         acc.into_iter().map(E::F).collect(),
     )])
 }
+
+/// Bilinear upsampling as ATen's CPU kernel: source coordinates in the opmath type (f32, f64 for
+/// f64), `i0 = min(floor(src), I − 1)`, `i1` the next row inside, weights `1 − λ` and `λ`.
+pub(super) fn upsample_bilinear2d(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("input")?;
+    let rank = x.shape.len();
+    if rank < 3 || !x.dtype.is_float() {
+        return fail("bilinear upsampling needs a float input of 3 or more dimensions");
+    }
+    let align = n.flag("align_corners");
+    let ins = [x.shape[rank - 2], x.shape[rank - 1]];
+    let factors = match n.node.arg("scale_factors") {
+        Some(Arg::Floats(f)) if f.len() == 2 => Some([f[0], f[1]]),
+        _ => None,
+    };
+    let outs = match (n.ints("output_size")?.as_slice(), factors) {
+        ([a, b], _) => [*a as usize, *b as usize],
+        (_, Some(f)) => [
+            (ins[0] as f64 * f[0]).floor() as usize,
+            (ins[1] as f64 * f[1]).floor() as usize,
+        ],
+        _ => return fail("needs output_size or scale_factors"),
+    };
+    let wide = x.dtype == crate::graph::DType::F64;
+    // Rounds to the opmath type.
+    let op = |v: f64| if wide { v } else { v as f32 as f64 };
+    let taps = |o: usize, i: usize| -> [(usize, f64); 2] {
+        let (inp, out) = (ins[i] as f64, outs[i] as f64);
+        let scale = if align {
+            if outs[i] > 1 {
+                op(op(inp - 1.0) / op(out - 1.0))
+            } else {
+                0.0
+            }
+        } else {
+            match factors {
+                Some(f) => op(1.0 / f[i]),
+                None => op(inp / out),
+            }
+        };
+        let src = if align {
+            op(scale * o as f64)
+        } else {
+            op(op(scale * op(o as f64 + 0.5)) - 0.5).max(0.0)
+        };
+        let i0 = (src.floor() as usize).min(ins[i] - 1);
+        let lam = op(src - i0 as f64).clamp(0.0, 1.0);
+        let i1 = i0 + usize::from(i0 < ins[i] - 1);
+        [(i0, op(1.0 - lam)), (i1, lam)]
+    };
+    let mut shape = x.shape[..rank - 2].to_vec();
+    shape.extend(outs);
+    let st = strides(&x.shape);
+    let vals = (0..shape.iter().product::<usize>())
+        .map(|e| {
+            let mut idx = unflatten(e, &shape);
+            let (hs, ws) = (taps(idx[rank - 2], 0), taps(idx[rank - 1], 1));
+            let mut acc = 0.0;
+            for &(h, wh) in &hs {
+                for &(w, ww) in &ws {
+                    idx[rank - 2] = h;
+                    idx[rank - 1] = w;
+                    acc += wh * ww * elem(&x, flat(&idx, &st)).f();
+                }
+            }
+            E::F(acc)
+        })
+        .collect();
+    Ok(vec![build(x.dtype, shape, vals)])
+}
