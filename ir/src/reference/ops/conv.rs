@@ -204,9 +204,11 @@ pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
     ])
 }
 
-/// Nearest upsampling as ATen's `nearest_idx` (and `nearest_neighbor_exact_compute_source_index`):
-/// the same size reads straight through, twice the size halves (not exact), else the f32 scale.
-pub(super) fn upsample_nearest2d(n: &Node, exact: bool) -> R<Vec<HostTensor>> {
+/// An upsampling's input, its last two sizes, the output's (given, or floor(I · factor)) and the
+/// factors if given.
+type Upsampling = (HostTensor, [usize; 2], [usize; 2], Option<[f64; 2]>);
+
+fn upsampling(n: &Node) -> R<Upsampling> {
     let x = n.tensor("input")?;
     let rank = x.shape.len();
     if rank < 3 {
@@ -225,6 +227,14 @@ pub(super) fn upsample_nearest2d(n: &Node, exact: bool) -> R<Vec<HostTensor>> {
         ],
         _ => return fail("needs output_size or scale_factors"),
     };
+    Ok((x, ins, outs, factors))
+}
+
+/// Nearest upsampling as ATen's `nearest_idx` (and `nearest_neighbor_exact_compute_source_index`):
+/// the same size reads straight through, twice the size halves (not exact), else the f32 scale.
+pub(super) fn upsample_nearest2d(n: &Node, exact: bool) -> R<Vec<HostTensor>> {
+    let (x, ins, outs, factors) = upsampling(n)?;
+    let rank = x.shape.len();
     let source = |o: usize, i: usize| -> usize {
         let (inp, out) = (ins[i], outs[i]);
         if !exact && out == inp {
@@ -343,25 +353,12 @@ fn transposed(n: &Node, x: &HostTensor, w: &HostTensor) -> R<Vec<HostTensor>> {
 /// Bilinear upsampling as ATen's CPU kernel: source coordinates in the opmath type (f32, f64 for
 /// f64), `i0 = min(floor(src), I − 1)`, `i1` the next row inside, weights `1 − λ` and `λ`.
 pub(super) fn upsample_bilinear2d(n: &Node) -> R<Vec<HostTensor>> {
-    let x = n.tensor("input")?;
-    let rank = x.shape.len();
-    if rank < 3 || !x.dtype.is_float() {
-        return fail("bilinear upsampling needs a float input of 3 or more dimensions");
+    let (x, ins, outs, factors) = upsampling(n)?;
+    if !x.dtype.is_float() {
+        return fail("bilinear upsampling needs a float input");
     }
+    let rank = x.shape.len();
     let align = n.flag("align_corners");
-    let ins = [x.shape[rank - 2], x.shape[rank - 1]];
-    let factors = match n.node.arg("scale_factors") {
-        Some(Arg::Floats(f)) if f.len() == 2 => Some([f[0], f[1]]),
-        _ => None,
-    };
-    let outs = match (n.ints("output_size")?.as_slice(), factors) {
-        ([a, b], _) => [*a as usize, *b as usize],
-        (_, Some(f)) => [
-            (ins[0] as f64 * f[0]).floor() as usize,
-            (ins[1] as f64 * f[1]).floor() as usize,
-        ],
-        _ => return fail("needs output_size or scale_factors"),
-    };
     let wide = x.dtype == crate::graph::DType::F64;
     // Rounds to the opmath type.
     let op = |v: f64| if wide { v } else { v as f32 as f64 };
