@@ -1,8 +1,10 @@
 //! Generated CUDA: every kernel and variant of every example, backed and unbacked, at several
-//! hints, compiles with the pinned NVRTC for sm_90 without spills, and its PTX (`.version 9.0`)
-//! assembles with the pinned `ptxas`; golden sources for three graphs; backed and unbacked builds
-//! give the same source.
+//! hints, and every op of the differential cases compile with the pinned NVRTC for sm_90
+//! without spills, and the PTX (`.version 9.0`) assembles with the pinned `ptxas`; golden
+//! sources for three graphs; backed and unbacked builds give the same source.
 
+#[path = "../../ir/tests/differential/mod.rs"]
+mod differential;
 mod examples;
 
 use examples::{example, example_names, with_hint};
@@ -226,6 +228,16 @@ fn scatter_functions_compile_for_sm90_in_every_dtype() {
             compiles_without_spills(&what, &m, &options);
         }
     }
+}
+
+#[test]
+fn every_lowered_op_compiles_for_sm90() {
+    let g = differential::cases_graph("every_op", differential::cases::CASES);
+    let mut p = lower(&g).unwrap();
+    let s = schedule(&mut p);
+    let m = generate(&mut p, &s);
+    let Some(include) = toolchain() else { return };
+    compiles_without_spills("every_op", &m, &nvrtc::options("sm_90", &include));
 }
 
 #[test]

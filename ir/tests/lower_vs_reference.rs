@@ -98,6 +98,31 @@ fn ops_with_several_outputs_match_the_reference() {
             r#"{"tensor": "out", "index": 1}"#,
         ),
         (
+            "aten.native_group_norm.default",
+            r#"{"input": {"tensor": "x"}, "weight": {"tensor": "y"}, "bias": {"tensor": "y"}, "N": "u0", "C": 5, "HxW": 1, "group": 1, "eps": 1e-05}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten.native_group_norm.default",
+            r#"{"input": {"tensor": "h"}, "weight": null, "bias": null, "N": "u0", "C": 5, "HxW": 1, "group": 5, "eps": 0.5}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten._native_batch_norm_legit.no_stats",
+            r#"{"input": {"tensor": "x"}, "weight": {"tensor": "y"}, "bias": null, "training": true, "momentum": 0.1, "eps": 1e-05}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten._native_batch_norm_legit.no_stats",
+            r#"{"input": {"tensor": "z"}, "weight": null, "bias": null, "training": true, "momentum": 0.1, "eps": 1e-05}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 2}"#,
+        ),
+        (
+            "aten.min.dim",
+            r#"{"self": {"tensor": "h"}, "dim": -1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
             "aten.argmax.default",
             r#"{"self": {"tensor": "z"}, "dim": -1}"#,
             r#"{"tensor": "out"}"#,

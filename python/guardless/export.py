@@ -102,7 +102,7 @@ def _integral(expr):
 def _expr(v) -> str:
     """A SymInt/SymBool/int as the graph format's symbolic text."""
     if isinstance(v, torch.SymFloat):
-        raise ExportError(f"a float scalar read from a tensor ({v.node.expr}): guardless's symbols are integers")
+        raise ExportError(f"the float {v.node.expr} (from sizes or read from a tensor): guardless's symbols are integers")
     if isinstance(v, (torch.SymInt, torch.SymBool)):
         return str(_integral(v.node.expr))
     if isinstance(v, bool):
@@ -279,6 +279,16 @@ class _Writer:
         self.refs[n] = {"tensor": n.name}
 
     def call(self, n: torch.fx.Node):
+        before = len(self.errors)
+        try:
+            self._call(n)
+        except ExportError as e:
+            self.errors.append(f"node '{n.name}' ({n.target}): {e}")
+        if len(self.errors) > before:
+            # Its users refer to it by name, so the error list names each root cause once.
+            self.refs.setdefault(n, {"tensor": n.name})
+
+    def _call(self, n: torch.fx.Node):
         t = n.target
         if t is operator.getitem:
             src, i = n.args
@@ -292,7 +302,10 @@ class _Writer:
             self.asserts.append(_expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"]))
             return
         if not isinstance(t, torch._ops.OpOverload):
-            self.errors.append(f"node '{n.name}': {t} is not an ATen op")
+            if isinstance(n.meta.get("val"), torch.SymFloat):
+                self.errors.append(f"node '{n.name}': {t} makes a float from sizes; guardless's sizes are integers")
+            else:
+                self.errors.append(f"node '{n.name}': {t} is not an ATen op")
             return
         schema = t._schema
         args = {}
@@ -394,7 +407,13 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
         elif n.op == "call_function":
             w.call(n)
         elif n.op == "output":
-            outputs = [w.value(o) for o in n.args[0]]
+            try:
+                outputs = [w.value(o) for o in n.args[0]]
+            except ExportError as e:
+                # An output whose node could not be translated: that node's error says why.
+                if not w.errors:
+                    raise
+                outputs = []
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
     outputs = _mutations(ep, outputs, w.errors)

@@ -227,6 +227,72 @@ class ExportTest(unittest.TestCase):
                 (got,) = run_guardless(e, [x], tmp)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
+    def test_math_activations_and_normalizations(self):
+        # GroupNorm, InstanceNorm, ELU/SELU/LeakyReLU/ReLU6, bilinear upsampling to sizes, rounding,
+        # signs, inverse trigonometry, NaN handling, argmin, and int4 unpacking by shifts, masks and
+        # xor: the ops core ATen keeps whole that the corpus's language models never use.
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gn = torch.nn.GroupNorm(2, 4)
+                self.inorm = torch.nn.InstanceNorm2d(4, affine=True)
+                self.act = torch.nn.ModuleList([torch.nn.ELU(0.7), torch.nn.SELU(), torch.nn.LeakyReLU(0.2),
+                                                torch.nn.ReLU6()])
+
+            def forward(self, x, packed):
+                y = self.gn(x) + self.inorm(x)
+                for a in self.act:
+                    y = y + a(x)
+                # Sizes, not a scale factor: a float scale becomes a float symbol guardless cannot hold.
+                y = torch.nn.functional.interpolate(y, size=(y.shape[2] * 2, y.shape[3] + 3), mode="bilinear",
+                                                    align_corners=True)
+                z = torch.atan2(y, x.mean() + 1) + torch.round(y * 3) / 3 + torch.sign(y) * torch.floor(y)
+                z = z + torch.asinh(y) + torch.expm1(y.clamp(max=2)) + torch.log2(y.abs() + 1)
+                z = torch.nan_to_num(torch.log(y), nan=0.5, neginf=-4.0) + z + torch.ceil(torch.acos(y.tanh()))
+                idx = torch.argmin(z.flatten(2), dim=-1)
+                lo, hi = packed & 0xF, (packed >> 4) & 0xF
+                unpacked = (lo ^ hi) | (lo << 8)
+                return z, idx, unpacked
+
+        torch.manual_seed(0)
+        model = Net().eval()
+        dims = {0: torch.export.Dim("b", min=1, max=16), 2: torch.export.Dim("h", min=2, max=64),
+                3: torch.export.Dim("w", min=2, max=64)}
+        packed = torch.randint(0, 256, (3, 5), dtype=torch.int32)
+        e = guardless.export(model, (torch.randn(2, 4, 8, 8), packed),
+                             dynamic_shapes={"x": dims, "packed": {0: torch.export.Dim("r", min=1, max=64)}})
+        ops = {n["op"] for n in e.graph["nodes"]}
+        for op in ("aten.native_group_norm.default", "aten._native_batch_norm_legit.no_stats",
+                   "aten.elu.default", "aten.leaky_relu.default", "aten.hardtanh.default",
+                   "aten.atan2.default", "aten.round.default", "aten.floor.default", "aten.isnan.default",
+                   "aten.argmin.default", "aten.__rshift__.Scalar", "aten.bitwise_xor.Tensor"):
+            self.assertIn(op, ops)
+        for shape, rows in [((1, 4, 2, 3), 1), ((3, 4, 9, 8), 7), ((2, 4, 17, 5), 64)]:
+            x = torch.randn(*shape)
+            packed = torch.randint(0, 256, (rows, 5), dtype=torch.int32)
+            with torch.no_grad():
+                want = model(x, packed)
+            with tempfile.TemporaryDirectory() as tmp:
+                got = run_guardless(e, [x, packed], tmp)
+            names = [o["tensor"] for o in e.graph["outputs"]]
+            want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+    def test_float_size_arithmetic_is_named_once(self):
+        # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
+        # nodes and why, not every node downstream of them.
+        class Bicubic(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.interpolate(x, scale_factor=2, mode="bicubic").relu()
+
+        with self.assertRaises(guardless.ExportError) as e:
+            guardless.export(Bicubic(), (torch.randn(1, 2, 8, 8),),
+                             dynamic_shapes={"x": {2: torch.export.Dim("h", min=2, max=64)}})
+        text = str(e.exception)
+        self.assertIn("guardless's symbols are integers", text)
+        self.assertNotIn("used before it is defined", text)
+
     def test_untranslatable_ops_are_all_listed(self):
         class Odd(torch.nn.Module):
             def forward(self, x):

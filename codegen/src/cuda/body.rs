@@ -267,6 +267,7 @@ fn unary(u: UnaryOp, a: &str, d: DType) -> String {
             UnaryOp::LogicalNot => format!("(!{a})"),
             UnaryOp::BitNot if d == DType::Bool => format!("(!{a})"),
             UnaryOp::BitNot => format!("(~{a})"),
+            UnaryOp::Sign => format!("(({a} > 0) - ({a} < 0))"),
             // Transcendental functions of integers give floats; lowering casts first.
             _ => format!("({a})"),
         };
@@ -286,6 +287,26 @@ fn unary(u: UnaryOp, a: &str, d: DType) -> String {
         UnaryOp::Sigmoid => format!("(1.0 / (1.0 + exp(-{a})))"),
         UnaryOp::Relu => format!("(({a} != {a} || {a} > 0) ? {a} : 0)"),
         UnaryOp::Erf => fun("erff", "erf"),
+        UnaryOp::Expm1 => fun("expm1f", "expm1"),
+        UnaryOp::Log2 => fun("log2f", "log2"),
+        UnaryOp::Log10 => fun("log10f", "log10"),
+        UnaryOp::Exp2 => fun("exp2f", "exp2"),
+        UnaryOp::Tan => fun("tanf", "tan"),
+        UnaryOp::Atan => fun("atanf", "atan"),
+        UnaryOp::Asin => fun("asinf", "asin"),
+        UnaryOp::Acos => fun("acosf", "acos"),
+        UnaryOp::Sinh => fun("sinhf", "sinh"),
+        UnaryOp::Cosh => fun("coshf", "cosh"),
+        UnaryOp::Asinh => fun("asinhf", "asinh"),
+        UnaryOp::Acosh => fun("acoshf", "acosh"),
+        UnaryOp::Atanh => fun("atanhf", "atanh"),
+        UnaryOp::Floor => fun("floorf", "floor"),
+        UnaryOp::Ceil => fun("ceilf", "ceil"),
+        // rint rounds ties to even in the default rounding mode, as torch.round.
+        UnaryOp::Round => fun("rintf", "rint"),
+        UnaryOp::Trunc => fun("truncf", "trunc"),
+        UnaryOp::Sign if f => format!("((float)(({a} > 0) - ({a} < 0)))"),
+        UnaryOp::Sign => format!("((double)(({a} > 0) - ({a} < 0)))"),
         UnaryOp::Reciprocal if f => format!("(1.0f / {a})"),
         UnaryOp::Reciprocal => format!("(1.0 / {a})"),
         UnaryOp::LogicalNot => format!("({a} == 0)"),
@@ -325,6 +346,14 @@ fn binary(b: BinaryOp, a: &str, c: &str, operand: DType, d: DType) -> String {
         BinaryOp::LogicalOr => format!("({a} || {c})"),
         BinaryOp::BitAnd => format!("({a} & {c})"),
         BinaryOp::BitOr => format!("({a} | {c})"),
+        BinaryOp::BitXor => format!("({a} ^ {c})"),
+        BinaryOp::Atan2 if f => format!("atan2f({a}, {c})"),
+        BinaryOp::Atan2 => format!("atan2({a}, {c})"),
+        // Operands are i64 (lowering widens them); C leaves shifts by 64 or more undefined.
+        BinaryOp::Shl => {
+            format!("(({c} >= 0 && {c} < 64) ? (long long)((unsigned long long){a} << {c}) : 0LL)")
+        }
+        BinaryOp::Shr => format!("({a} >> (({c} >= 0 && {c} < 64) ? {c} : 63))"),
     }
 }
 

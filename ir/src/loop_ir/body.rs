@@ -26,6 +26,27 @@ pub enum UnaryOp {
     Sigmoid,
     Relu,
     Erf,
+    Expm1,
+    Log2,
+    Log10,
+    Exp2,
+    Tan,
+    Atan,
+    Asin,
+    Acos,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    /// Rounding of floats to an integral value (integers never reach these: lowering skips them).
+    Floor,
+    Ceil,
+    /// To the nearest integer, ties to even (`torch.round`).
+    Round,
+    Trunc,
+    /// -1, 0 or 1 (0 for NaN, as ATen).
+    Sign,
     Reciprocal,
     LogicalNot,
     /// `~x`: bitwise complement of integers, logical not of bools.
@@ -58,6 +79,13 @@ pub enum BinaryOp {
     LogicalOr,
     BitAnd,
     BitOr,
+    BitXor,
+    /// `atan2(a, b)`, the angle of the point (b, a).
+    Atan2,
+    /// Shifts of i64 as ATen defines them for every width: an amount outside 0..64 shifts
+    /// everything out (0 to the left, the sign to the right).
+    Shl,
+    Shr,
 }
 
 /// A constant; floats keep their bits so that the op is hashable.
@@ -143,8 +171,29 @@ impl Op {
         use UnaryOp::*;
         matches!(
             self,
-            Op::Unary(Exp | Log | Log1p | Sin | Cos | Tanh | Sigmoid | Erf, _)
-                | Op::Binary(BinaryOp::Pow, _, _)
+            Op::Unary(
+                Exp | Log
+                    | Log1p
+                    | Sin
+                    | Cos
+                    | Tanh
+                    | Sigmoid
+                    | Erf
+                    | Expm1
+                    | Log2
+                    | Log10
+                    | Exp2
+                    | Tan
+                    | Atan
+                    | Asin
+                    | Acos
+                    | Sinh
+                    | Cosh
+                    | Asinh
+                    | Acosh
+                    | Atanh,
+                _
+            ) | Op::Binary(BinaryOp::Pow | BinaryOp::Atan2, _, _)
         )
     }
 }

@@ -5,6 +5,8 @@
 //! several nodes. Every size decision goes through the guard-free queries.
 
 mod conv;
+mod group_norm;
+mod math;
 mod ops;
 mod overwrite;
 mod pool;

@@ -255,7 +255,12 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "max" | "min" if overload == "default" => {
             reduce(l, n, if name == "max" { "amax" } else { "amin" }).map(|t| vec![t])
         }
-        "argmax" | "max" if name == "argmax" || overload == "dim" => {
+        "argmax" | "argmin" | "max" | "min" if name.starts_with("arg") || overload == "dim" => {
+            let (arg_kind, kind) = if name.ends_with("max") {
+                (ReductionKind::ArgMax, ReductionKind::Max)
+            } else {
+                (ReductionKind::ArgMin, ReductionKind::Min)
+            };
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();
             let keepdim = matches!(n.arg("keepdim"), Some(Arg::Bool(true)));
@@ -264,18 +269,11 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 _ => vec![dim_arg(l, n, "dim", rank)?],
             };
             let dims: Vec<usize> = dims.into_iter().filter(|&d| d < rank).collect();
-            let idx = l.reduction(
-                &x,
-                &dims,
-                keepdim,
-                ReductionKind::ArgMax,
-                DType::I64,
-                &n.name,
-            );
-            if name == "argmax" {
+            let idx = l.reduction(&x, &dims, keepdim, arg_kind, DType::I64, &n.name);
+            if name.starts_with("arg") {
                 return one(idx);
             }
-            let values = l.reduction(&x, &dims, keepdim, ReductionKind::Max, x.dtype, &n.name);
+            let values = l.reduction(&x, &dims, keepdim, kind, x.dtype, &n.name);
             Ok(vec![values, idx])
         }
         "native_layer_norm" | "rms_norm" => {
@@ -356,6 +354,10 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "convolution" => one(super::conv::convolution(l, n)?),
         "_native_batch_norm_legit_no_training" => super::pool::batch_norm(l, n),
+        "_native_batch_norm_legit" if overload == "no_stats" => {
+            super::group_norm::batch_norm_batch_stats(l, n)
+        }
+        "native_group_norm" => super::group_norm::group_norm(l, n),
         "max_pool2d_with_indices" => super::pool::max_pool2d(l, n),
         "upsample_bilinear2d" => one(super::pool::upsample_bilinear2d(l, n)?),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => one(super::pool::upsample_nearest2d(
@@ -715,7 +717,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             super::routing::constrain_range(l, n)?;
             Ok(Vec::new())
         }
-        _ => Err(NodeError::Unsupported),
+        _ => one(super::math::lower(l, n, name, overload)?),
     }
 }
 

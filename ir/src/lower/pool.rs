@@ -87,19 +87,18 @@ pub(super) fn batch_norm(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     Ok(vec![out, empty(), empty()])
 }
 
-/// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
-/// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
-/// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
-/// value is NaN if any is, at the last NaN).
-pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
-    let x = tensor(l, n, "self")?;
-    let rank = x.sizes.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return msg(format!(
-            "expects a float input of 3 or 4 dimensions, found {} of rank {rank}",
-            x.dtype
-        ));
-    }
+/// A 2-D pooling window's constant arguments (one value or two each).
+pub(super) struct Window {
+    pub kernel: [i64; 2],
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub dilation: [i64; 2],
+    pub ceil: bool,
+}
+
+/// The window arguments of `n`: `kernel_size`, `stride` (the kernel when empty), `padding`,
+/// `dilation` (when the op has it) and `ceil_mode`.
+pub(super) fn window(l: &Lowerer, n: &GraphNode, dilated: bool) -> R<Window> {
     let two = |v: Vec<i64>, name: &str| -> R<[i64; 2]> {
         match v[..] {
             [a] => Ok([a, a]),
@@ -113,7 +112,11 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         v => two(v, "stride")?,
     };
     let padding = two(const_ints(l, n, "padding")?, "padding")?;
-    let dilation = two(const_ints(l, n, "dilation")?, "dilation")?;
+    let dilation = if dilated {
+        two(const_ints(l, n, "dilation")?, "dilation")?
+    } else {
+        [1, 1]
+    };
     let ceil = matches!(n.arg("ceil_mode"), Some(Arg::Bool(true)));
     if kernel
         .iter()
@@ -126,25 +129,35 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             "kernel, stride and dilation must be positive, padding at most half the kernel",
         );
     }
-    let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];
-    let mut outs = [ins[0]; 2];
+    Ok(Window {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        ceil,
+    })
+}
+
+/// ATen's pooled sizes of the spatial sizes `ins`; an empty output is an error.
+pub(super) fn pooled_sizes(l: &mut Lowerer, ins: [Expr; 2], w: &Window) -> R<[Expr; 2]> {
+    let mut outs = ins;
     for i in 0..2 {
         // (in + 2p − d(k − 1) − 1 [+ s − 1]) // s + 1, less one when ceil's last window starts
         // past the padded input.
         let p = l.env.pool_mut();
-        let span = p.constant(2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1);
+        let span = p.constant(2 * w.padding[i] - w.dilation[i] * (w.kernel[i] - 1) - 1);
         let mut top = p.add(ins[i], span);
-        if ceil {
-            let extra = p.constant(stride[i] - 1);
+        if w.ceil {
+            let extra = p.constant(w.stride[i] - 1);
             top = p.add(top, extra);
         }
-        let s = p.constant(stride[i]);
+        let s = p.constant(w.stride[i]);
         let steps = p.floordiv(top, s);
         let one = p.one();
         let mut o = p.add(steps, one);
-        if ceil {
-            let last = p.scale(steps, stride[i]);
-            let pad = p.constant(padding[i]);
+        if w.ceil {
+            let last = p.scale(steps, w.stride[i]);
+            let pad = p.constant(w.padding[i]);
             let limit = p.add(ins[i], pad);
             let past = p.ge(last, limit);
             let less = p.sub(o, one);
@@ -163,6 +176,32 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         outs[i] = o;
     }
+    Ok(outs)
+}
+
+/// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
+/// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
+/// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
+/// value is NaN if any is, at the last NaN).
+pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "self")?;
+    let rank = x.sizes.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return msg(format!(
+            "expects a float input of 3 or 4 dimensions, found {} of rank {rank}",
+            x.dtype
+        ));
+    }
+    let w = window(l, n, true)?;
+    let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];
+    let outs = pooled_sizes(l, ins, &w)?;
+    let Window {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        ceil,
+    } = w;
     let mut sizes = x.sizes[..rank - 2].to_vec();
     sizes.extend(outs);
     let (dtype, cd) = (x.dtype, compute_dtype(x.dtype));

@@ -6,6 +6,8 @@ use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
 mod conv;
+mod math;
+mod norms;
 mod overwrite;
 mod routing;
 
@@ -806,22 +808,19 @@ pub(super) fn run_node(
                 }
                 "amax" => out(reduce(&x, &dims, keep, x.dtype, None, nan_max)?),
                 "amin" => out(reduce(&x, &dims, keep, x.dtype, None, nan_min)?),
-                _ => {
-                    let dim = wrap(n.int("dim")?, rank)?;
-                    let dims = if rank == 0 { vec![] } else { vec![dim] };
-                    out(reduce(
-                        &x,
-                        &dims,
-                        keep,
-                        DType::Bool,
-                        Some(E::I(0)),
-                        |a, v| E::I(i64::from(a.i() != 0 || v.f() != 0.0)),
-                    )?)
-                }
+                _ => out(reduce(
+                    &x,
+                    &dims,
+                    keep,
+                    DType::Bool,
+                    Some(E::I(0)),
+                    |a, v| E::I(i64::from(a.i() != 0 || v.f() != 0.0)),
+                )?),
             }
         }
-        "argmax" | "max" if name == "argmax" || overload == "dim" => {
+        "argmax" | "argmin" | "max" | "min" if name.starts_with("arg") || overload == "dim" => {
             let x = n.tensor("self")?;
+            let is_max = name.ends_with("max");
             let rank = x.shape.len();
             let all = matches!(node.arg("dim"), None | Some(Arg::None));
             let dims: Vec<usize> = if all {
@@ -834,7 +833,7 @@ pub(super) fn run_node(
             let red: Vec<usize> = dims.iter().map(|&d| x.shape[d]).collect();
             let count: usize = red.iter().product();
             if count == 0 {
-                return fail("argmax over an empty dimension");
+                return fail(format!("{name} over an empty dimension"));
             }
             let kept: Vec<usize> = (0..rank).filter(|k| !dims.contains(k)).collect();
             let kept_shape: Vec<usize> = kept.iter().map(|&k| x.shape[k]).collect();
@@ -855,7 +854,12 @@ pub(super) fn run_node(
                     let v = elem(&x, flat(&idx, &st)).f();
                     best = match best {
                         None => Some((v, j)),
-                        Some((b, _)) if !b.is_nan() && (v.is_nan() || v > b) => Some((v, j)),
+                        Some((b, _))
+                            if !b.is_nan()
+                                && (v.is_nan() || if is_max { v > b } else { v < b }) =>
+                        {
+                            Some((v, j))
+                        }
                         keep_best => keep_best,
                     };
                 }
@@ -877,7 +881,7 @@ pub(super) fn run_node(
                 })
                 .collect();
             let indices = build(DType::I64, shape.clone(), idxs);
-            if name == "argmax" {
+            if name.starts_with("arg") {
                 return out(indices);
             }
             Ok(vec![build(x.dtype, shape, vals), indices])
@@ -1542,6 +1546,8 @@ pub(super) fn run_node(
         "copy" => overwrite::copy(&n),
         "convolution" => conv::convolution(&n),
         "_native_batch_norm_legit_no_training" => conv::batch_norm(&n),
+        "_native_batch_norm_legit" if overload == "no_stats" => norms::batch_norm_batch_stats(&n),
+        "native_group_norm" => norms::group_norm(&n),
         "max_pool2d_with_indices" => conv::max_pool2d(&n),
         "upsample_bilinear2d" => conv::upsample_bilinear2d(&n),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => {
@@ -1782,6 +1788,6 @@ pub(super) fn run_node(
             Ok(Vec::new())
         }
         "sym_constrain_range_for_size" => routing::constrain_range(&n),
-        _ => Err(None),
+        _ => math::run(&n, name, overload),
     }
 }

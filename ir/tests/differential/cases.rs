@@ -84,6 +84,105 @@ pub const SCATTER_CASES: &[(&str, &str)] = &[
 ];
 
 pub const CASES: &[(&str, &str)] = &[
+    (
+        "aten.argmin.default",
+        r#"{"self": {"tensor": "x"}, "dim": 1}"#,
+    ),
+    (
+        "aten.argmin.default",
+        r#"{"self": {"tensor": "i"}, "dim": 0, "keepdim": true}"#,
+    ),
+    ("aten.expm1.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.log2.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.log10.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.exp2.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.tan.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.atan.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.asin.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.acos.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.sinh.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.cosh.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.asinh.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.acosh.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.atanh.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.floor.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.ceil.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.round.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.round.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.trunc.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.sign.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.sign.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.sign.default", r#"{"self": {"tensor": "m"}}"#),
+    ("aten.sgn.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.isnan.default", r#"{"self": {"tensor": "x"}}"#),
+    ("aten.isinf.default", r#"{"self": {"tensor": "h"}}"#),
+    ("aten.isnan.default", r#"{"self": {"tensor": "i"}}"#),
+    (
+        "aten.round.decimals",
+        r#"{"self": {"tensor": "x"}, "decimals": 2}"#,
+    ),
+    (
+        "aten.round.decimals",
+        r#"{"self": {"tensor": "h"}, "decimals": -1}"#,
+    ),
+    (
+        "aten.atan2.default",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.atan2.default",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.logical_xor.default",
+        r#"{"self": {"tensor": "m"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.bitwise_xor.Tensor",
+        r#"{"self": {"tensor": "m"}, "other": {"tensor": "m"}}"#,
+    ),
+    (
+        "aten.bitwise_xor.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": 5}"#,
+    ),
+    (
+        "aten.bitwise_and.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": 3}"#,
+    ),
+    (
+        "aten.bitwise_or.Scalar",
+        r#"{"self": {"tensor": "m"}, "other": true}"#,
+    ),
+    (
+        "aten.__lshift__.Scalar",
+        r#"{"self": {"tensor": "i"}, "other": 61}"#,
+    ),
+    (
+        "aten.__rshift__.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "i"}}"#,
+    ),
+    (
+        "aten.bitwise_left_shift.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "i"}}"#,
+    ),
+    (
+        "aten.bitwise_right_shift.Tensor_Scalar",
+        r#"{"self": {"tensor": "i"}, "other": 70}"#,
+    ),
+    ("aten.hardtanh.default", r#"{"self": {"tensor": "x"}}"#),
+    (
+        "aten.hardtanh.default",
+        r#"{"self": {"tensor": "h"}, "min_val": -0.5, "max_val": 0.25}"#,
+    ),
+    (
+        "aten.leaky_relu.default",
+        r#"{"self": {"tensor": "x"}, "negative_slope": 0.2}"#,
+    ),
+    ("aten.elu.default", r#"{"self": {"tensor": "h"}}"#),
+    (
+        "aten.elu.default",
+        r#"{"self": {"tensor": "x"}, "alpha": 1.6732632423543772, "scale": 1.0507009873554805, "input_scale": 0.5}"#,
+    ),
     ("aten.neg.default", r#"{"self": {"tensor": "x"}}"#),
     ("aten.neg.default", r#"{"self": {"tensor": "i"}}"#),
     ("aten.abs.default", r#"{"self": {"tensor": "x"}}"#),
@@ -251,6 +350,17 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "x"}, "dim": [-1], "keepdim": true}"#,
     ),
     ("aten.mean.dim", r#"{"self": {"tensor": "h"}, "dim": [0]}"#),
+    ("aten.mean.default", r#"{"self": {"tensor": "x"}}"#),
+    (
+        "aten.mean.default",
+        r#"{"self": {"tensor": "h"}, "dtype": {"dtype": "f64"}}"#,
+    ),
+    ("aten.sum.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.any.default", r#"{"self": {"tensor": "x"}}"#),
+    (
+        "aten.any.dims",
+        r#"{"self": {"tensor": "i"}, "dim": [0, -1], "keepdim": true}"#,
+    ),
     (
         "aten.amax.default",
         r#"{"self": {"tensor": "x"}, "dim": [1]}"#,

@@ -277,8 +277,18 @@ pub fn one_op_text(op: &str, args: &str) -> String {
 }
 
 pub fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
+    graph_text(
+        op,
+        &format!(r#"{{"name": "out", "op": "{op}", "args": {args}}}"#),
+        outputs,
+    )
+}
+
+/// A graph over the shared inputs (`x`, `y`, `i`, `m`, `h`, `z`, … with `u0` rows) with the given
+/// nodes and outputs (JSON list items).
+fn graph_text(name: &str, nodes: &str, outputs: &str) -> String {
     format!(
-        r#"{{"format": "guardless-graph", "version": 1, "name": "{op}",
+        r#"{{"format": "guardless-graph", "version": 1, "name": "{name}",
             "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 4096}}],
             "inputs": [{{"name": "x", "dtype": "f32", "shape": ["u0", 5]}}, {{"name": "y", "dtype": "f32", "shape": [5]}},
                        {{"name": "i", "dtype": "i64", "shape": ["u0", 5]}}, {{"name": "m", "dtype": "bool", "shape": ["u0", 5]}},
@@ -286,9 +296,24 @@ pub fn one_op_text_with(op: &str, args: &str, outputs: &str) -> String {
                        {{"name": "w", "dtype": "f32", "shape": [5, 4]}}, {{"name": "bw", "dtype": "f32", "shape": [3, 2, 4]}},
                        {{"name": "b4", "dtype": "f32", "shape": [4]}}, {{"name": "ids", "dtype": "i64", "shape": ["u0"]}},
                        {{"name": "s2", "dtype": "f32", "shape": ["u0", 2]}}],
-            "nodes": [{{"name": "out", "op": "{op}", "args": {args}}}],
+            "nodes": [{nodes}],
             "outputs": [{outputs}]}}"#
     )
+}
+
+/// Every case of `cases` (op, args over [`one_op`]'s inputs) as one graph: node `out{k}` is
+/// case `k`, and every node is an output.
+pub fn cases_graph(name: &str, cases: &[(&str, &str)]) -> Graph {
+    let nodes: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .map(|(k, (op, args))| format!(r#"{{"name": "out{k}", "op": "{op}", "args": {args}}}"#))
+        .collect();
+    let outputs: Vec<String> = (0..cases.len())
+        .map(|k| format!(r#"{{"tensor": "out{k}"}}"#))
+        .collect();
+    let text = graph_text(name, &nodes.join(", "), &outputs.join(", "));
+    Graph::from_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 pub const SIZES: [i64; 7] = [0, 1, 2, 3, 7, 13, 257];
@@ -452,7 +477,9 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
 /// (weights, biases, running statistics, the variance through `abs`) and three max poolings
 /// (ResNet's stem 3×3/2 padded; 2×2; 3×2 strided, padded, dilated with ceil mode), each
 /// pooling's values and indices an output; nearest upsamplings (by factors 2 and 3, to fixed and
-/// symbolic sizes, the exact variant) and bilinear ones (by factors, and with aligned corners).
+/// symbolic sizes, the exact variant) and bilinear ones (by factors, and with aligned corners);
+/// group norms (one group, one per channel: statistics over channels and space) and an instance
+/// norm's batch statistics (`_native_batch_norm_legit.no_stats`).
 pub fn pooling_graph(dtype: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
@@ -482,11 +509,22 @@ pub fn pooling_graph(dtype: &str) -> Graph {
                   {{"name": "b1", "op": "aten.upsample_bilinear2d.vec",
                     "args": {{"input": {{"tensor": "x"}}, "output_size": null, "align_corners": false, "scale_factors": [2.0, 1.5]}}}},
                   {{"name": "b2", "op": "aten.upsample_bilinear2d.vec",
-                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["2*h - 1", 3], "align_corners": true, "scale_factors": null}}}}],
+                    "args": {{"input": {{"tensor": "x"}}, "output_size": ["2*h - 1", 3], "align_corners": true, "scale_factors": null}}}},
+                  {{"name": "gn1", "op": "aten.native_group_norm.default",
+                    "args": {{"input": {{"tensor": "x"}}, "weight": {{"tensor": "g"}}, "bias": {{"tensor": "b"}},
+                             "N": "n", "C": 3, "HxW": "h*w", "group": 1, "eps": 1e-5}}}},
+                  {{"name": "gn3", "op": "aten.native_group_norm.default",
+                    "args": {{"input": {{"tensor": "x"}}, "weight": null, "bias": {{"tensor": "b"}},
+                             "N": "n", "C": 3, "HxW": "h*w", "group": 3, "eps": 1e-5}}}},
+                  {{"name": "in", "op": "aten._native_batch_norm_legit.no_stats",
+                    "args": {{"input": {{"tensor": "x"}}, "weight": {{"tensor": "g"}}, "bias": null,
+                             "training": true, "momentum": 0.1, "eps": 1e-5}}}}],
         "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
                     {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
                     {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}},
-                    {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}, {{"tensor": "b1"}}, {{"tensor": "b2"}}]}}"#
+                    {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}, {{"tensor": "b1"}}, {{"tensor": "b2"}},
+                    {{"tensor": "gn1", "index": 0}}, {{"tensor": "gn1", "index": 1}}, {{"tensor": "gn1", "index": 2}},
+                    {{"tensor": "gn3", "index": 0}}, {{"tensor": "in", "index": 0}}, {{"tensor": "in", "index": 2}}]}}"#
     ))
     .expect("a valid graph")
 }

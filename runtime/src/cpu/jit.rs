@@ -71,6 +71,32 @@ math_helpers!(
     (gl_tanh, f64, f64::tanh),
     (gl_erff, f32, libm::erff),
     (gl_erf, f64, libm::erf),
+    (gl_expm1f, f32, f32::exp_m1),
+    (gl_expm1, f64, f64::exp_m1),
+    (gl_log2f, f32, f32::log2),
+    (gl_log2, f64, f64::log2),
+    (gl_log10f, f32, f32::log10),
+    (gl_log10, f64, f64::log10),
+    (gl_exp2f, f32, f32::exp2),
+    (gl_exp2, f64, f64::exp2),
+    (gl_tanf, f32, f32::tan),
+    (gl_tan, f64, f64::tan),
+    (gl_atanf, f32, f32::atan),
+    (gl_atan, f64, f64::atan),
+    (gl_asinf, f32, f32::asin),
+    (gl_asin, f64, f64::asin),
+    (gl_acosf, f32, f32::acos),
+    (gl_acos, f64, f64::acos),
+    (gl_sinhf, f32, f32::sinh),
+    (gl_sinh, f64, f64::sinh),
+    (gl_coshf, f32, f32::cosh),
+    (gl_cosh, f64, f64::cosh),
+    (gl_asinhf, f32, f32::asinh),
+    (gl_asinh, f64, f64::asinh),
+    (gl_acoshf, f32, f32::acosh),
+    (gl_acosh, f64, f64::acosh),
+    (gl_atanhf, f32, f32::atanh),
+    (gl_atanh, f64, f64::atanh),
 );
 
 extern "C" fn gl_powf(x: f32, y: f32) -> f32 {
@@ -78,6 +104,12 @@ extern "C" fn gl_powf(x: f32, y: f32) -> f32 {
 }
 extern "C" fn gl_pow(x: f64, y: f64) -> f64 {
     x.powf(y)
+}
+extern "C" fn gl_atan2f(y: f32, x: f32) -> f32 {
+    y.atan2(x)
+}
+extern "C" fn gl_atan2(y: f64, x: f64) -> f64 {
+    y.atan2(x)
 }
 extern "C" fn gl_ipow(x: i64, y: i64) -> i64 {
     if y < 0 {
@@ -121,6 +153,14 @@ impl Jit {
             gl_powf as extern "C" fn(f32, f32) -> f32 as usize,
         ));
         mappings.push(("gl_pow", gl_pow as extern "C" fn(f64, f64) -> f64 as usize));
+        mappings.push((
+            "gl_atan2f",
+            gl_atan2f as extern "C" fn(f32, f32) -> f32 as usize,
+        ));
+        mappings.push((
+            "gl_atan2",
+            gl_atan2 as extern "C" fn(f64, f64) -> f64 as usize,
+        ));
         mappings.push((
             "gl_ipow",
             gl_ipow as extern "C" fn(i64, i64) -> i64 as usize,

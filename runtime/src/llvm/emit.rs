@@ -823,6 +823,14 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     b.build_int_z_extend(z, self.i64(), "")?
                 }
                 UnaryOp::BitNot => b.build_not(i, "")?,
+                UnaryOp::Sign => {
+                    let pos = b.build_int_compare(IntPredicate::SGT, i, self.const_i64(0), "")?;
+                    let neg = b.build_int_compare(IntPredicate::SLT, i, self.const_i64(0), "")?;
+                    let p = b.build_int_z_extend(pos, self.i64(), "")?;
+                    let n = b.build_int_z_extend(neg, self.i64(), "")?;
+                    b.build_int_sub(p, n, "")?
+                }
+                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => i,
                 _ => return self.unary(u, a, DType::F64, DType::F64),
             }));
         }
@@ -862,6 +870,37 @@ impl<'a, 'c> Emitter<'a, 'c> {
             UnaryOp::Cos => call(self, "gl_cosf", "gl_cos", x)?,
             UnaryOp::Tanh => call(self, "gl_tanhf", "gl_tanh", x)?,
             UnaryOp::Erf => call(self, "gl_erff", "gl_erf", x)?,
+            UnaryOp::Expm1 => call(self, "gl_expm1f", "gl_expm1", x)?,
+            UnaryOp::Log2 => call(self, "gl_log2f", "gl_log2", x)?,
+            UnaryOp::Log10 => call(self, "gl_log10f", "gl_log10", x)?,
+            UnaryOp::Exp2 => call(self, "gl_exp2f", "gl_exp2", x)?,
+            UnaryOp::Tan => call(self, "gl_tanf", "gl_tan", x)?,
+            UnaryOp::Atan => call(self, "gl_atanf", "gl_atan", x)?,
+            UnaryOp::Asin => call(self, "gl_asinf", "gl_asin", x)?,
+            UnaryOp::Acos => call(self, "gl_acosf", "gl_acos", x)?,
+            UnaryOp::Sinh => call(self, "gl_sinhf", "gl_sinh", x)?,
+            UnaryOp::Cosh => call(self, "gl_coshf", "gl_cosh", x)?,
+            UnaryOp::Asinh => call(self, "gl_asinhf", "gl_asinh", x)?,
+            UnaryOp::Acosh => call(self, "gl_acoshf", "gl_acosh", x)?,
+            UnaryOp::Atanh => call(self, "gl_atanhf", "gl_atanh", x)?,
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
+                let name = match u {
+                    UnaryOp::Floor => "llvm.floor",
+                    UnaryOp::Ceil => "llvm.ceil",
+                    UnaryOp::Round => "llvm.roundeven",
+                    _ => "llvm.trunc",
+                };
+                self.intrinsic(name, t.into(), &[x.into()])?
+                    .into_float_value()
+            }
+            UnaryOp::Sign => {
+                let zero = t.const_float(0.0);
+                let pos = b.build_float_compare(FloatPredicate::OGT, x, zero, "")?;
+                let neg = b.build_float_compare(FloatPredicate::OLT, x, zero, "")?;
+                let p = b.build_unsigned_int_to_float(pos, t, "")?;
+                let n = b.build_unsigned_int_to_float(neg, t, "")?;
+                b.build_float_sub(p, n, "")?
+            }
             UnaryOp::Sigmoid => {
                 let n = b.build_float_neg(x, "")?;
                 let e = if f64_ {
@@ -899,7 +938,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
     ) -> R<Val<'c>> {
         use BinaryOp::*;
         let b = self.b;
-        if xd.is_float() || yd.is_float() || (o == Div) {
+        if xd.is_float() || yd.is_float() || matches!(o, Div | Atan2) {
             // Arithmetic in the result's type; comparisons in the operands' wider type.
             let work = if d.is_float() {
                 d
@@ -961,7 +1000,17 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     };
                     self.bool_val(r)
                 }
-                BitAnd | BitOr => {
+                Atan2 => {
+                    let name = if t == self.cx.f64_type() {
+                        "gl_atan2"
+                    } else {
+                        "gl_atan2f"
+                    };
+                    Ok(Val::F(
+                        self.call(name, &[fx.into(), fy.into()])?.into_float_value(),
+                    ))
+                }
+                BitAnd | BitOr | BitXor | Shl | Shr => {
                     let fail = self.fail_block("bitwise op on floats".to_string());
                     b.build_unconditional_branch(fail)?;
                     let dead = self.cx.append_basic_block(self.function, "dead");
@@ -1025,6 +1074,25 @@ impl<'a, 'c> Emitter<'a, 'c> {
             }
             BitAnd => Val::I(b.build_and(ix, iy, "")?),
             BitOr => Val::I(b.build_or(ix, iy, "")?),
+            BitXor => Val::I(b.build_xor(ix, iy, "")?),
+            Shl | Shr => {
+                // LLVM's shifts by 64 or more are poison: shift by an amount in range, then
+                // replace what an out-of-range amount gives (ATen's meaning).
+                let lo = b.build_int_compare(IntPredicate::SGE, iy, self.const_i64(0), "")?;
+                let hi = b.build_int_compare(IntPredicate::SLT, iy, self.const_i64(64), "")?;
+                let ok = b.build_and(lo, hi, "")?;
+                let amount = b
+                    .build_select(ok, iy, self.const_i64(63), "")?
+                    .into_int_value();
+                Val::I(if o == Shl {
+                    let r = b.build_left_shift(ix, amount, "")?;
+                    b.build_select(ok, r, self.const_i64(0), "")?
+                        .into_int_value()
+                } else {
+                    b.build_right_shift(ix, amount, true, "")?
+                })
+            }
+            Atan2 => unreachable!("atan2 is float"),
         })
     }
 }

@@ -25,9 +25,9 @@ pub fn llvm<E: std::fmt::Display>(e: E) -> LlvmError {
 }
 
 /// The math the bodies call that LLVM has no target-independent instruction for: unary f32 and
-/// f64 functions (name, whether f64), `pow`, integer `pow`. Declared pure; each target defines
+/// f64 functions (name, whether f64), `pow`, `atan2`, integer `pow`. Declared pure; each target defines
 /// or maps them.
-pub const UNARY_HELPERS: [(&str, bool); 14] = [
+pub const UNARY_HELPERS: [(&str, bool); 40] = [
     ("gl_expf", false),
     ("gl_exp", true),
     ("gl_logf", false),
@@ -42,11 +42,38 @@ pub const UNARY_HELPERS: [(&str, bool); 14] = [
     ("gl_tanh", true),
     ("gl_erff", false),
     ("gl_erf", true),
+    ("gl_expm1f", false),
+    ("gl_expm1", true),
+    ("gl_log2f", false),
+    ("gl_log2", true),
+    ("gl_log10f", false),
+    ("gl_log10", true),
+    ("gl_exp2f", false),
+    ("gl_exp2", true),
+    ("gl_tanf", false),
+    ("gl_tan", true),
+    ("gl_atanf", false),
+    ("gl_atan", true),
+    ("gl_asinf", false),
+    ("gl_asin", true),
+    ("gl_acosf", false),
+    ("gl_acos", true),
+    ("gl_sinhf", false),
+    ("gl_sinh", true),
+    ("gl_coshf", false),
+    ("gl_cosh", true),
+    ("gl_asinhf", false),
+    ("gl_asinh", true),
+    ("gl_acoshf", false),
+    ("gl_acosh", true),
+    ("gl_atanhf", false),
+    ("gl_atanh", true),
 ];
 
 /// Whether helper `name` works on f64 (else f32).
 pub fn helper_is_wide(name: &str) -> bool {
-    matches!(name, "gl_pow" | "gl_ipow") || UNARY_HELPERS.iter().any(|&(n, w)| n == name && w)
+    matches!(name, "gl_pow" | "gl_atan2" | "gl_ipow")
+        || UNARY_HELPERS.iter().any(|&(n, w)| n == name && w)
 }
 
 pub fn declare_helpers<'c>(
@@ -62,7 +89,12 @@ pub fn declare_helpers<'c>(
             module.add_function(name, t.fn_type(&[t.into()], false), None),
         );
     }
-    for (name, t) in [("gl_powf", f32t), ("gl_pow", f64t)] {
+    for (name, t) in [
+        ("gl_powf", f32t),
+        ("gl_pow", f64t),
+        ("gl_atan2f", f32t),
+        ("gl_atan2", f64t),
+    ] {
         let f = module.add_function(name, t.fn_type(&[t.into(), t.into()], false), None);
         helpers.insert(name, f);
     }

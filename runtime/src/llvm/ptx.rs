@@ -201,8 +201,135 @@ fn define_helpers<'c>(
         } else {
             name.strip_suffix('f').expect("f32 helpers end in f")
         };
+        let fabs = |b: &Builder<'c>, v: FloatValue<'c>| -> R<FloatValue<'c>> {
+            Ok(
+                call_intrinsic(module, b, "llvm.fabs", &[t.into()], &[v.into()])?
+                    .into_float_value(),
+            )
+        };
+        let sqrt = |b: &Builder<'c>, v: FloatValue<'c>| -> R<FloatValue<'c>> {
+            Ok(
+                call_intrinsic(module, b, "llvm.sqrt", &[t.into()], &[v.into()])?
+                    .into_float_value(),
+            )
+        };
+        let select =
+            |b: &Builder<'c>, p, x: FloatValue<'c>, y: FloatValue<'c>| -> R<FloatValue<'c>> {
+                Ok(b.build_select(p, x, y, "")?.into_float_value())
+            };
+        let lt = |b: &Builder<'c>, x, y| b.build_float_compare(FloatPredicate::OLT, x, y, "");
+        let gt = |b: &Builder<'c>, x, y| b.build_float_compare(FloatPredicate::OGT, x, y, "");
+        // atan by Cephes' reduction to |x| <= tan(pi/8) and its cubic in x² (about 1 ulp in f32).
+        let atan = |b: &Builder<'c>, v: FloatValue<'c>| -> R<FloatValue<'c>> {
+            use std::f64::consts::{FRAC_PI_2, FRAC_PI_4};
+            let ax = fabs(b, v)?;
+            let big = gt(b, ax, c(2.414_213_562_373_095))?;
+            let mid = gt(b, ax, c(0.414_213_562_373_095))?;
+            let inv = b.build_float_neg(b.build_float_div(c(1.0), ax, "")?, "")?;
+            let moved = b.build_float_div(
+                b.build_float_sub(ax, c(1.0), "")?,
+                b.build_float_add(ax, c(1.0), "")?,
+                "",
+            )?;
+            let xr = select(b, big, inv, select(b, mid, moved, ax)?)?;
+            let y0 = select(b, big, c(FRAC_PI_2), select(b, mid, c(FRAC_PI_4), c(0.0))?)?;
+            let z = b.build_float_mul(xr, xr, "")?;
+            let mut p = c(8.053_744_495_38e-2);
+            for k in [
+                -1.387_768_560_32e-1,
+                1.997_771_064_78e-1,
+                -3.333_294_915_39e-1,
+            ] {
+                p = b.build_float_add(b.build_float_mul(p, z, "")?, c(k), "")?;
+            }
+            let q = b.build_float_mul(b.build_float_mul(p, z, "")?, xr, "")?;
+            let r = b.build_float_add(y0, b.build_float_add(q, xr, "")?, "")?;
+            select(b, lt(b, v, c(0.0))?, b.build_float_neg(r, "")?, r)
+        };
+        let half = |b: &Builder<'c>, v: FloatValue<'c>| b.build_float_mul(v, c(0.5), "");
         let r = match base {
             "gl_exp" => exp(&b, x)?,
+            "gl_expm1" => b.build_float_sub(exp(&b, x)?, c(1.0), "")?,
+            "gl_exp2" => nv(&b, ex2, x)?,
+            "gl_log2" => nv(&b, lg2, x)?,
+            "gl_log10" => b.build_float_mul(nv(&b, lg2, x)?, c(std::f64::consts::LOG10_2), "")?,
+            "gl_tan" => {
+                let x32 = to32(&b, x)?;
+                let s = nv(&b, "llvm.nvvm.sin.approx.f", x32)?;
+                let k = nv(&b, "llvm.nvvm.cos.approx.f", x32)?;
+                back(&b, b.build_float_div(s, k, "")?)?
+            }
+            "gl_sinh" | "gl_cosh" => {
+                let (e, f) = (exp(&b, x)?, exp(&b, b.build_float_neg(x, "")?)?);
+                half(
+                    &b,
+                    if base == "gl_sinh" {
+                        b.build_float_sub(e, f, "")?
+                    } else {
+                        b.build_float_add(e, f, "")?
+                    },
+                )?
+            }
+            "gl_asinh" => {
+                let ax = fabs(&b, x)?;
+                let r = sqrt(
+                    &b,
+                    b.build_float_add(b.build_float_mul(ax, ax, "")?, c(1.0), "")?,
+                )?;
+                let l = log(&b, b.build_float_add(ax, r, "")?)?;
+                select(&b, lt(&b, x, c(0.0))?, b.build_float_neg(l, "")?, l)?
+            }
+            "gl_acosh" => {
+                let r = sqrt(
+                    &b,
+                    b.build_float_sub(b.build_float_mul(x, x, "")?, c(1.0), "")?,
+                )?;
+                log(&b, b.build_float_add(x, r, "")?)?
+            }
+            "gl_atanh" => {
+                let q = b.build_float_div(
+                    b.build_float_add(c(1.0), x, "")?,
+                    b.build_float_sub(c(1.0), x, "")?,
+                    "",
+                )?;
+                half(&b, log(&b, q)?)?
+            }
+            "gl_atan" => atan(&b, x)?,
+            // asin x = atan(x / sqrt(1 - x²)); acos x = 2 atan(sqrt((1 - x) / (1 + x))).
+            "gl_asin" => {
+                let d = b.build_float_mul(
+                    b.build_float_sub(c(1.0), x, "")?,
+                    b.build_float_add(c(1.0), x, "")?,
+                    "",
+                )?;
+                atan(&b, b.build_float_div(x, sqrt(&b, d)?, "")?)?
+            }
+            "gl_acos" => {
+                let q = b.build_float_div(
+                    b.build_float_sub(c(1.0), x, "")?,
+                    b.build_float_add(c(1.0), x, "")?,
+                    "",
+                )?;
+                b.build_float_mul(c(2.0), atan(&b, sqrt(&b, q)?)?, "")?
+            }
+            "gl_atan2" => {
+                // atan(y / x), moved by ±pi when x < 0; 0 at the origin.
+                let xx = f
+                    .get_nth_param(1)
+                    .expect("two arguments")
+                    .into_float_value();
+                let a = atan(&b, b.build_float_div(x, xx, "")?)?;
+                let up = b.build_float_compare(FloatPredicate::OGE, x, c(0.0), "")?;
+                let turn = select(&b, up, c(std::f64::consts::PI), c(-std::f64::consts::PI))?;
+                let turned = b.build_float_add(a, turn, "")?;
+                let r = select(&b, lt(&b, xx, c(0.0))?, turned, a)?;
+                let origin = b.build_and(
+                    b.build_float_compare(FloatPredicate::OEQ, x, c(0.0), "")?,
+                    b.build_float_compare(FloatPredicate::OEQ, xx, c(0.0), "")?,
+                    "",
+                )?;
+                select(&b, origin, c(0.0), r)?
+            }
             "gl_log" => log(&b, x)?,
             "gl_log1p" => log(&b, b.build_float_add(x, c(1.0), "")?)?,
             "gl_sin" => back(&b, nv(&b, "llvm.nvvm.sin.approx.f", to32(&b, x)?)?)?,

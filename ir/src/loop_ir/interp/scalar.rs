@@ -90,6 +90,8 @@ pub(super) fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
             UnaryOp::Relu => V::I(a.i().max(0)),
             UnaryOp::BitNot if dtype == DType::Bool => V::I(i64::from(a.i() == 0)),
             UnaryOp::BitNot => V::I(!a.i()),
+            UnaryOp::Sign => V::I(a.i().signum()),
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => a,
             _ => V::F(unary(u, V::F(a.f()), DType::F64).f()),
         };
     }
@@ -114,6 +116,32 @@ pub(super) fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
             }
         }
         UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Log2 => x.log2(),
+        UnaryOp::Log10 => x.log10(),
+        UnaryOp::Exp2 => x.exp2(),
+        UnaryOp::Tan => x.tan(),
+        UnaryOp::Atan => x.atan(),
+        UnaryOp::Asin => x.asin(),
+        UnaryOp::Acos => x.acos(),
+        UnaryOp::Sinh => x.sinh(),
+        UnaryOp::Cosh => x.cosh(),
+        UnaryOp::Asinh => x.asinh(),
+        UnaryOp::Acosh => x.acosh(),
+        UnaryOp::Atanh => x.atanh(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::LogicalNot => return V::I(i64::from(a.f() == 0.0)),
         UnaryOp::BitNot => f64::NAN,
@@ -134,6 +162,7 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             TruncDiv => V::F((x / y).trunc()),
             Rem => V::F(x % y),
             Pow => V::F(x.powf(y)),
+            Atan2 => V::F(x.atan2(y)),
             Max => V::F(ieee_max_min(x, y, true)),
             Min => V::F(ieee_max_min(x, y, false)),
             Eq => cmp(x == y),
@@ -144,7 +173,7 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             Ge => cmp(x >= y),
             LogicalAnd => cmp(x != 0.0 && y != 0.0),
             LogicalOr => cmp(x != 0.0 || y != 0.0),
-            BitAnd | BitOr => return Err("bitwise op on floats".into()),
+            BitAnd | BitOr | BitXor | Shl | Shr => return Err("bitwise op on floats".into()),
         });
     }
     let (x, y) = (a.i(), b.i());
@@ -187,5 +216,9 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
         LogicalOr => cmp(x != 0 || y != 0),
         BitAnd => V::I(x & y),
         BitOr => V::I(x | y),
+        BitXor => V::I(x ^ y),
+        Shl => V::I(if (0..64).contains(&y) { x << y } else { 0 }),
+        Shr => V::I(x >> if (0..64).contains(&y) { y } else { 63 }),
+        Atan2 => V::F((x as f64).atan2(y as f64)),
     })
 }

@@ -1,0 +1,165 @@
+//! Normalizations whose statistics come from the data of several dimensions: `native_group_norm`
+//! (per sample and group of channels) and `_native_batch_norm_legit.no_stats` in training mode
+//! (per channel over the batch and space: what `InstanceNorm` exports as, on a `[1, N·C, …]`
+//! view). Both: the mean, then the biased variance of the deviations (two passes, as the layer
+//! norm), `rstd = rsqrt(var + eps)`, the per-channel affine, rounded once to the input's dtype.
+
+use super::ops::{map, msg, number, tensor};
+use super::promote::compute_dtype;
+use super::views::view;
+use super::{LTensor, Lowerer, NodeError};
+use crate::graph::{Arg, DType, GraphNode, Scalar};
+use crate::loop_ir::{BinaryOp, Constant, ReductionKind, UnaryOp};
+use crate::sym::Expr;
+
+type R<T> = Result<T, NodeError>;
+
+/// `(x − mean) · rstd` in the compute dtype, with the mean and rstd (kept dimensions) over
+/// `dims`.
+fn standardize(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    x: &LTensor,
+    dims: &[usize],
+    eps: f64,
+) -> R<(LTensor, LTensor, LTensor)> {
+    let cd = compute_dtype(x.dtype);
+    let count = dims.iter().fold(l.env.pool_mut().one(), |acc, &d| {
+        l.env.pool_mut().mul(acc, x.sizes[d])
+    });
+    let sum = l.reduction(x, dims, true, ReductionKind::Sum, cd, &n.name);
+    let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
+        let d = c.body.cast(v[1], c.body.dtype(v[0]));
+        c.body.binary(BinaryOp::Div, v[0], d)
+    })?;
+    let mean = l.realize(mean, &n.name);
+    let centered = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Sub, v[0], v[1])
+    })?;
+    let sq = map(l, std::slice::from_ref(&centered), cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Mul, v[0], v[0])
+    })?;
+    let ss = l.reduction(&sq, dims, true, ReductionKind::Sum, cd, &n.name);
+    let rstd = map(l, &[ss, number(Scalar::Int(count))], cd, cd, move |c, v| {
+        let d = c.body.cast(v[1], c.body.dtype(v[0]));
+        let var = c.body.binary(BinaryOp::Div, v[0], d);
+        let e = c.body.constant(Constant::float(eps), c.body.dtype(v[0]));
+        let s = c.body.binary(BinaryOp::Add, var, e);
+        c.body.unary(UnaryOp::Rsqrt, s)
+    })?;
+    let rstd = l.realize(rstd, &n.name);
+    let out = map(l, &[centered, rstd.clone()], cd, cd, |c, v| {
+        c.body.binary(BinaryOp::Mul, v[0], v[1])
+    })?;
+    Ok((out, mean, rstd))
+}
+
+fn eps_arg(l: &Lowerer, n: &GraphNode) -> R<f64> {
+    match n.arg("eps") {
+        Some(Arg::Float(f)) => Ok(*f),
+        Some(Arg::Int(e)) => l
+            .env
+            .pool()
+            .as_const(*e)
+            .map(|v| v as f64)
+            .ok_or_else(|| NodeError::Message("argument 'eps' must be a constant".into())),
+        other => msg(format!("argument 'eps': expected a float, found {other:?}")),
+    }
+}
+
+/// `out · weight[c] + bias[c]` over channel dimension 1 of `out` (rank `rank`), rounded to `dtype`.
+fn affine(l: &mut Lowerer, n: &GraphNode, mut out: LTensor, dtype: DType) -> R<LTensor> {
+    let cd = compute_dtype(dtype);
+    let rank = out.sizes.len();
+    let mut shape = vec![out.sizes[1]];
+    shape.extend(std::iter::repeat_n(l.env.pool_mut().one(), rank - 2));
+    for (arg, op) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
+        if let Some(Arg::Tensor(_)) = n.arg(arg) {
+            let t = tensor(l, n, arg)?;
+            if t.sizes.len() != 1 {
+                return msg(format!(
+                    "{arg} must have one dimension, found {}",
+                    t.sizes.len()
+                ));
+            }
+            let t = view(l, t, &shape)?;
+            out = map(l, &[out, t], cd, cd, move |c, v| {
+                c.body.binary(op, v[0], v[1])
+            })?;
+        }
+    }
+    map(l, &[out], cd, dtype, |_, v| v[0])
+}
+
+fn float_input(n: &GraphNode, x: &LTensor) -> R<()> {
+    if x.sizes.len() < 2 || !x.dtype.is_float() {
+        return msg(format!(
+            "{} expects a float input with a channel dimension, found {} of rank {}",
+            n.op,
+            x.dtype,
+            x.sizes.len()
+        ));
+    }
+    Ok(())
+}
+
+/// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)` → (out, mean, rstd), the
+/// statistics `[N, group]` in the input's dtype.
+pub(super) fn group_norm(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "input")?;
+    float_input(n, &x)?;
+    let dtype = x.dtype;
+    let groups = match n.arg("group") {
+        Some(Arg::Int(e)) => l.env.pool().as_const(*e),
+        _ => None,
+    }
+    .filter(|&g| g > 0)
+    .ok_or_else(|| NodeError::Message("argument 'group' must be a positive constant".into()))?;
+    let eps = eps_arg(l, n)?;
+    let (batch, channels) = (x.sizes[0], x.sizes[1]);
+    let per_group = match l.env.pool().as_const(channels) {
+        Some(c) if c % groups == 0 => c / groups,
+        Some(c) => return msg(format!("{c} channels do not divide into {groups} groups")),
+        None => return msg("the channel count must be a constant"),
+    };
+    let pool = l.env.pool_mut();
+    let mut rest = pool.constant(per_group);
+    for &s in &x.sizes[2..] {
+        rest = pool.mul(rest, s);
+    }
+    let g = pool.constant(groups);
+    let sizes = x.sizes.clone();
+    let grouped = view(l, x, &[batch, g, rest])?;
+    let (out, mean, rstd) = standardize(l, n, &grouped, &[2], eps)?;
+    let out = view(l, out, &sizes)?;
+    let out = affine(l, n, out, dtype)?;
+    let cd = compute_dtype(dtype);
+    let stat = |l: &mut Lowerer, t: LTensor| -> R<LTensor> {
+        let t = view(l, t, &[batch, g])?;
+        map(l, &[t], cd, dtype, |_, v| v[0])
+    };
+    Ok(vec![out, stat(l, mean)?, stat(l, rstd)?])
+}
+
+/// `_native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)`: statistics
+/// of the input itself per channel (dimension 1) → (out, mean `[C]`, rstd `[C]`). There are no
+/// running statistics to update, so momentum does not matter.
+pub(super) fn batch_norm_batch_stats(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "input")?;
+    float_input(n, &x)?;
+    if let Some(Arg::Bool(false)) = n.arg("training") {
+        return msg("without running statistics, batch norm needs training=True");
+    }
+    let dtype = x.dtype;
+    let eps = eps_arg(l, n)?;
+    let dims: Vec<usize> = (0..x.sizes.len()).filter(|&d| d != 1).collect();
+    let channels: Expr = x.sizes[1];
+    let (out, mean, rstd) = standardize(l, n, &x, &dims, eps)?;
+    let out = affine(l, n, out, dtype)?;
+    let cd = compute_dtype(dtype);
+    let stat = |l: &mut Lowerer, t: LTensor| -> R<LTensor> {
+        let t = view(l, t, &[channels])?;
+        map(l, &[t], cd, dtype, |_, v| v[0])
+    };
+    Ok(vec![out, stat(l, mean)?, stat(l, rstd)?])
+}

@@ -1,0 +1,116 @@
+//! Normalizations with statistics from the data, element by element in f64: `native_group_norm`
+//! (per sample and group of channels) and `_native_batch_norm_legit.no_stats` (per channel over
+//! the batch and space). Biased variance; `rstd = 1 / sqrt(var + eps)`.
+
+use super::{build, elem, fail, Node, E, R};
+use crate::graph::Arg;
+use crate::tensor::HostTensor;
+
+fn eps(n: &Node) -> R<f64> {
+    match n.node.arg("eps") {
+        Some(Arg::Float(f)) => Ok(*f),
+        Some(Arg::Int(_)) => Ok(n.int("eps")? as f64),
+        _ => fail("eps must be a number"),
+    }
+}
+
+/// `weight` and `bias`, when given, each of `c` elements.
+fn affine(n: &Node, c: usize) -> R<[Option<HostTensor>; 2]> {
+    let get = |name: &str| -> R<Option<HostTensor>> {
+        match n.node.arg(name) {
+            Some(Arg::Tensor(_)) => {
+                let t = n.tensor(name)?;
+                if t.shape != [c] {
+                    return fail(format!("{name} of shape {:?} for {c} channels", t.shape));
+                }
+                Ok(Some(t))
+            }
+            _ => Ok(None),
+        }
+    };
+    Ok([get("weight")?, get("bias")?])
+}
+
+/// Normalizes `x` (shape `[N, C, …]`) where `set(i)` names the statistics set of flat element
+/// `i` (`sets` of them); returns (out, mean per set, rstd per set).
+fn normalize(
+    n: &Node,
+    x: &HostTensor,
+    sets: usize,
+    set: impl Fn(usize) -> usize,
+) -> R<(Vec<E>, Vec<E>, Vec<E>)> {
+    if x.shape.len() < 2 || !x.dtype.is_float() {
+        return fail("normalization of a non-float or channel-less input");
+    }
+    let eps = eps(n)?;
+    let c = x.shape[1];
+    let inner: usize = x.shape[2..].iter().product();
+    let [w, b] = affine(n, c)?;
+    let (mut sum, mut count) = (vec![0.0; sets], vec![0usize; sets]);
+    for i in 0..x.numel() {
+        sum[set(i)] += elem(x, i).f();
+        count[set(i)] += 1;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(s, &k)| s / k as f64).collect();
+    let mut ss = vec![0.0; sets];
+    for i in 0..x.numel() {
+        let d = elem(x, i).f() - mean[set(i)];
+        ss[set(i)] += d * d;
+    }
+    let rstd: Vec<f64> = ss
+        .iter()
+        .zip(&count)
+        .map(|(s, &k)| 1.0 / (s / k as f64 + eps).sqrt())
+        .collect();
+    let out = (0..x.numel())
+        .map(|i| {
+            let ch = (i / inner.max(1)) % c;
+            let mut v = (elem(x, i).f() - mean[set(i)]) * rstd[set(i)];
+            if let Some(w) = &w {
+                v *= elem(w, ch).f();
+            }
+            if let Some(b) = &b {
+                v += elem(b, ch).f();
+            }
+            E::F(v)
+        })
+        .collect();
+    let wrap = |v: Vec<f64>| v.into_iter().map(E::F).collect();
+    Ok((out, wrap(mean), wrap(rstd)))
+}
+
+pub(super) fn group_norm(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("input")?;
+    let g = n.int("group")?;
+    if x.shape.len() < 2 || g <= 0 || x.shape[1] % g as usize != 0 {
+        return fail(format!("{g} groups for the input's shape {:?}", x.shape));
+    }
+    let (batch, c, g) = (x.shape[0], x.shape[1], g as usize);
+    let inner: usize = x.shape[2..].iter().product();
+    // Element i is in sample i / (C·inner), channel (i / inner) % C, group channel / (C / g).
+    let set = |i: usize| (i / (c * inner.max(1))) * g + ((i / inner.max(1)) % c) / (c / g);
+    let (out, mean, rstd) = normalize(n, &x, batch * g, set)?;
+    Ok(vec![
+        build(x.dtype, x.shape.clone(), out),
+        build(x.dtype, vec![batch, g], mean),
+        build(x.dtype, vec![batch, g], rstd),
+    ])
+}
+
+pub(super) fn batch_norm_batch_stats(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("input")?;
+    if !n.flag("training") {
+        return fail("batch norm without running statistics needs training=True");
+    }
+    if x.shape.len() < 2 {
+        return fail("batch norm of a channel-less input");
+    }
+    let c = x.shape[1];
+    let inner: usize = x.shape[2..].iter().product();
+    let (out, mean, rstd) = normalize(n, &x, c, |i| (i / inner.max(1)) % c)?;
+    Ok(vec![
+        build(x.dtype, x.shape.clone(), out),
+        build(x.dtype, vec![c], mean),
+        build(x.dtype, vec![c], rstd),
+    ])
+}
