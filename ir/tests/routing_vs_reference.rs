@@ -365,6 +365,21 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "padding at most half the kernel",
         ),
         (
+            "aten.avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [3], "divisor_override": 0}"#,
+            "divisor_override must not be zero",
+        ),
+        (
+            "aten.avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [3, 2], "padding": [1, 2]}"#,
+            "padding at most half the kernel",
+        ),
+        (
+            "aten.avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [2, 2, 2]}"#,
+            "kernel_size: expected 1 or 2 values",
+        ),
+        (
             "aten.upsample_bilinear2d.vec",
             r#"{"input": {"tensor": "z"}, "output_size": null, "align_corners": false, "scale_factors": [0.1, 2]}"#,
             "is not a binary fraction",

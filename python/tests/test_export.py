@@ -279,6 +279,43 @@ class ExportTest(unittest.TestCase):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
+    def test_average_pooling(self):
+        # Padding counted or not, a divisor override, 1-D pooling (exported as 2-D) and a global
+        # average (exported as a mean) at symbolic sizes; ceil mode's clipped last windows at static
+        # ones (torch.export cannot prove its output sizes for symbolic inputs): torch's numbers.
+        F = torch.nn.functional
+
+        class Pools(torch.nn.Module):
+            def forward(self, x):
+                return (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, (2, 3), (1, 2), 1, count_include_pad=False),
+                        F.avg_pool2d(x, 3, divisor_override=4), F.avg_pool1d(x.flatten(2), 4, 3, 2),
+                        F.adaptive_avg_pool2d(x, 1))
+
+        class CeilPools(torch.nn.Module):
+            def forward(self, x):
+                return (F.avg_pool2d(x, (2, 3), (1, 2), 1, ceil_mode=True, count_include_pad=False),
+                        F.avg_pool2d(x, 3, ceil_mode=True, divisor_override=4),
+                        F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True))
+
+        # Sizes whose pooled sizes stay above 1, which torch.export would otherwise specialize on.
+        dims = {0: torch.export.Dim("b", min=1, max=8), 2: torch.export.Dim("h", min=6, max=64),
+                3: torch.export.Dim("w", min=6, max=64)}
+        cases = [(Pools(), {"x": dims}, [(2, 3, 16, 12), (1, 3, 6, 6), (3, 3, 9, 8), (2, 3, 17, 11)]),
+                 (CeilPools(), None, [(2, 3, 10, 7)])]
+        for model, dynamic, shapes in cases:
+            e = guardless.export(model, (torch.randn(*shapes[0]),), dynamic_shapes=dynamic)
+            self.assertIn("aten.avg_pool2d.default", {n["op"] for n in e.graph["nodes"]})
+            for shape in shapes:
+                x = torch.randn(*shape)
+                want = model(x)
+                with tempfile.TemporaryDirectory() as tmp:
+                    got = run_guardless(e, [x], tmp)
+                names = [o["tensor"] for o in e.graph["outputs"]]
+                want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
+                self.assertEqual(len(got), len(want))
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

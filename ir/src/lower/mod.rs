@@ -4,6 +4,7 @@
 //! a tensor becomes a buffer ("realized") when it is a reduction, a graph output, or read by
 //! several nodes. Every size decision goes through the guard-free queries.
 
+mod avg_pool;
 mod conv;
 mod group_norm;
 mod math;

@@ -5,6 +5,7 @@ use crate::graph::{Arg, DType, Graph, GraphNode, Scalar, TensorRef};
 use crate::sym::{Bindings, Expr};
 use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
+mod avg_pool;
 mod conv;
 mod math;
 mod norms;
@@ -1549,6 +1550,7 @@ pub(super) fn run_node(
         "_native_batch_norm_legit" if overload == "no_stats" => norms::batch_norm_batch_stats(&n),
         "native_group_norm" => norms::group_norm(&n),
         "max_pool2d_with_indices" => conv::max_pool2d(&n),
+        "avg_pool2d" => avg_pool::avg_pool2d(&n),
         "upsample_bilinear2d" => conv::upsample_bilinear2d(&n),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => {
             conv::upsample_nearest2d(&n, name.starts_with('_'))

@@ -479,7 +479,8 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
 /// pooling's values and indices an output; nearest upsamplings (by factors 2 and 3, to fixed and
 /// symbolic sizes, the exact variant) and bilinear ones (by factors, and with aligned corners);
 /// group norms (one group, one per channel: statistics over channels and space) and an instance
-/// norm's batch statistics (`_native_batch_norm_legit.no_stats`).
+/// norm's batch statistics (`_native_batch_norm_legit.no_stats`); average pooling (padding counted
+/// or not, ceil mode's clipped windows, a divisor override).
 pub fn pooling_graph(dtype: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
@@ -518,13 +519,25 @@ pub fn pooling_graph(dtype: &str) -> Graph {
                              "N": "n", "C": 3, "HxW": "h*w", "group": 3, "eps": 1e-5}}}},
                   {{"name": "in", "op": "aten._native_batch_norm_legit.no_stats",
                     "args": {{"input": {{"tensor": "x"}}, "weight": {{"tensor": "g"}}, "bias": null,
-                             "training": true, "momentum": 0.1, "eps": 1e-5}}}}],
+                             "training": true, "momentum": 0.1, "eps": 1e-5}}}},
+                  {{"name": "a1", "op": "aten.avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}}}},
+                  {{"name": "a2", "op": "aten.avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 1],
+                             "ceil_mode": true, "count_include_pad": false}}}},
+                  {{"name": "a3", "op": "aten.avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3], "stride": [], "padding": [0],
+                             "ceil_mode": true, "divisor_override": 4}}}},
+                  {{"name": "a4", "op": "aten.avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 2], "stride": [2, 2], "padding": [1, 1],
+                             "ceil_mode": true}}}}],
         "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
                     {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
                     {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}},
                     {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}, {{"tensor": "b1"}}, {{"tensor": "b2"}},
                     {{"tensor": "gn1", "index": 0}}, {{"tensor": "gn1", "index": 1}}, {{"tensor": "gn1", "index": 2}},
-                    {{"tensor": "gn3", "index": 0}}, {{"tensor": "in", "index": 0}}, {{"tensor": "in", "index": 2}}]}}"#
+                    {{"tensor": "gn3", "index": 0}}, {{"tensor": "in", "index": 0}}, {{"tensor": "in", "index": 2}},
+                    {{"tensor": "a1"}}, {{"tensor": "a2"}}, {{"tensor": "a3"}}, {{"tensor": "a4"}}]}}"#
     ))
     .expect("a valid graph")
 }

@@ -1,0 +1,86 @@
+//! `avg_pool2d` as ATen's CPU kernel writes it: the window clipped to the padded input (its size
+//! the `count_include_pad` divisor), then to the input; the sum over the clipped window, row by
+//! row, in f64; an empty window gives 0.
+
+use super::{build, elem, fail, unflatten, Node, E, R};
+use crate::tensor::HostTensor;
+
+pub(super) fn avg_pool2d(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("self")?;
+    let rank = x.shape.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return fail("avg_pool2d of a non-float input or a rank other than 3 or 4");
+    }
+    let two = |name: &str, default: Option<[i64; 2]>| -> R<[i64; 2]> {
+        let v = n.ints(name)?;
+        match (&v[..], default) {
+            ([], Some(d)) => Ok(d),
+            ([a], _) => Ok([*a, *a]),
+            ([a, b], _) => Ok([*a, *b]),
+            _ => fail(format!("{name}: {v:?}")),
+        }
+    };
+    let k = two("kernel_size", None)?;
+    let s = two("stride", Some(k))?;
+    let p = two("padding", Some([0, 0]))?;
+    let ceil = n.flag("ceil_mode");
+    let include_pad = !matches!(
+        n.node.arg("count_include_pad"),
+        Some(crate::graph::Arg::Bool(false))
+    );
+    let divisor = n.opt_int("divisor_override")?;
+    if divisor == Some(0) {
+        return fail("divisor_override must not be zero");
+    }
+    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
+    let mut outs = [0usize; 2];
+    for i in 0..2 {
+        let mut top = ins[i] + 2 * p[i] - k[i];
+        if ceil {
+            top += s[i] - 1;
+        }
+        let mut o = top.div_euclid(s[i]) + 1;
+        if ceil && (o - 1) * s[i] >= ins[i] + p[i] {
+            o -= 1;
+        }
+        if o < 1 {
+            return fail(format!("pooling output size {o} is too small"));
+        }
+        outs[i] = o as usize;
+    }
+    let mut shape = x.shape[..rank - 2].to_vec();
+    shape.extend(outs);
+    let plane = (ins[0] * ins[1]) as usize;
+    let vals = (0..shape.iter().product::<usize>())
+        .map(|e| {
+            let idx = unflatten(e, &shape);
+            let base = (e / (outs[0] * outs[1])) * plane;
+            let (mut h0, mut w0) = (
+                idx[rank - 2] as i64 * s[0] - p[0],
+                idx[rank - 1] as i64 * s[1] - p[1],
+            );
+            let (mut h1, mut w1) = (
+                (h0 + k[0]).min(ins[0] + p[0]),
+                (w0 + k[1]).min(ins[1] + p[1]),
+            );
+            let pool_size = (h1 - h0) * (w1 - w0);
+            (h0, w0, h1, w1) = (h0.max(0), w0.max(0), h1.min(ins[0]), w1.min(ins[1]));
+            if h0 >= h1 || w0 >= w1 {
+                return E::F(0.0);
+            }
+            let mut sum = 0.0;
+            for h in h0..h1 {
+                for w in w0..w1 {
+                    sum += elem(&x, base + (h * ins[1] + w) as usize).f();
+                }
+            }
+            let d = divisor.unwrap_or(if include_pad {
+                pool_size
+            } else {
+                (h1 - h0) * (w1 - w0)
+            });
+            E::F(sum / d as f64)
+        })
+        .collect();
+    Ok(vec![build(x.dtype, shape, vals)])
+}
