@@ -380,6 +380,16 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "kernel_size: expected 1 or 2 values",
         ),
         (
+            "aten._adaptive_avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "output_size": [2, 1]}"#,
+            "pooling u0 (at most 100000) × 2 to 2 × 1 takes windows of up to 50001 × 2 taps",
+        ),
+        (
+            "aten._adaptive_avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "output_size": [0, 1]}"#,
+            "output_size: expected 2 positive constants",
+        ),
+        (
             "aten.upsample_bilinear2d.vec",
             r#"{"input": {"tensor": "z"}, "output_size": null, "align_corners": false, "scale_factors": [0.1, 2]}"#,
             "is not a binary fraction",

@@ -360,6 +360,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "native_group_norm" => super::group_norm::group_norm(l, n),
         "max_pool2d_with_indices" => super::pool::max_pool2d(l, n),
         "avg_pool2d" => super::avg_pool::avg_pool2d(l, n),
+        "_adaptive_avg_pool2d" => super::avg_pool::adaptive_avg_pool2d(l, n),
         "upsample_bilinear2d" => one(super::pool::upsample_bilinear2d(l, n)?),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => one(super::pool::upsample_nearest2d(
             l,

@@ -1551,6 +1551,7 @@ pub(super) fn run_node(
         "native_group_norm" => norms::group_norm(&n),
         "max_pool2d_with_indices" => conv::max_pool2d(&n),
         "avg_pool2d" => avg_pool::avg_pool2d(&n),
+        "_adaptive_avg_pool2d" => avg_pool::adaptive_avg_pool2d(&n),
         "upsample_bilinear2d" => conv::upsample_bilinear2d(&n),
         "upsample_nearest2d" | "_upsample_nearest_exact2d" => {
             conv::upsample_nearest2d(&n, name.starts_with('_'))

@@ -480,7 +480,8 @@ pub fn conv_graph(dtype: &str, cases: &[(&str, &str, bool, &str)]) -> Graph {
 /// symbolic sizes, the exact variant) and bilinear ones (by factors, and with aligned corners);
 /// group norms (one group, one per channel: statistics over channels and space) and an instance
 /// norm's batch statistics (`_native_batch_norm_legit.no_stats`); average pooling (padding counted
-/// or not, ceil mode's clipped windows, a divisor override).
+/// or not, ceil mode's clipped windows, a divisor override) and adaptive average pooling (windows
+/// of several lengths, over a corner of at most 6 × 5; to more rows than the input's).
 pub fn pooling_graph(dtype: &str) -> Graph {
     Graph::from_json(&format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "pooling_{dtype}",
@@ -530,14 +531,21 @@ pub fn pooling_graph(dtype: &str) -> Graph {
                              "ceil_mode": true, "divisor_override": 4}}}},
                   {{"name": "a4", "op": "aten.avg_pool2d.default",
                     "args": {{"self": {{"tensor": "x"}}, "kernel_size": [3, 2], "stride": [2, 2], "padding": [1, 1],
-                             "ceil_mode": true}}}}],
+                             "ceil_mode": true}}}},
+                  {{"name": "xs", "op": "aten.slice.Tensor", "args": {{"self": {{"tensor": "x"}}, "dim": 2, "start": 0, "end": 6}}}},
+                  {{"name": "xc", "op": "aten.slice.Tensor", "args": {{"self": {{"tensor": "xs"}}, "dim": 3, "start": 0, "end": 5}}}},
+                  {{"name": "ad1", "op": "aten._adaptive_avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "xc"}}, "output_size": [3, 2]}}}},
+                  {{"name": "ad2", "op": "aten._adaptive_avg_pool2d.default",
+                    "args": {{"self": {{"tensor": "xc"}}, "output_size": [7, 1]}}}}],
         "outputs": [{{"tensor": "bn", "index": 0}}, {{"tensor": "p1", "index": 0}}, {{"tensor": "p1", "index": 1}},
                     {{"tensor": "p2", "index": 0}}, {{"tensor": "p2", "index": 1}},
                     {{"tensor": "p3", "index": 0}}, {{"tensor": "p3", "index": 1}},
                     {{"tensor": "u1"}}, {{"tensor": "u2"}}, {{"tensor": "u3"}}, {{"tensor": "b1"}}, {{"tensor": "b2"}},
                     {{"tensor": "gn1", "index": 0}}, {{"tensor": "gn1", "index": 1}}, {{"tensor": "gn1", "index": 2}},
                     {{"tensor": "gn3", "index": 0}}, {{"tensor": "in", "index": 0}}, {{"tensor": "in", "index": 2}},
-                    {{"tensor": "a1"}}, {{"tensor": "a2"}}, {{"tensor": "a3"}}, {{"tensor": "a4"}}]}}"#
+                    {{"tensor": "a1"}}, {{"tensor": "a2"}}, {{"tensor": "a3"}}, {{"tensor": "a4"}},
+                    {{"tensor": "ad1"}}, {{"tensor": "ad2"}}]}}"#
     ))
     .expect("a valid graph")
 }
