@@ -380,6 +380,26 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "kernel_size: expected 1 or 2 values",
         ),
         (
+            "aten.unfold.default",
+            r#"{"self": {"tensor": "x"}, "dimension": 1, "size": 2, "step": 0}"#,
+            "step positive, found size 2 and step 0",
+        ),
+        (
+            "aten.unfold.default",
+            r#"{"self": {"tensor": "x"}, "dimension": 1, "size": 6, "step": 1}"#,
+            "a window of 6 can be longer than dimension 1 (size 5)",
+        ),
+        (
+            "aten.diagonal.default",
+            r#"{"self": {"tensor": "x"}, "dim1": 1, "dim2": -1}"#,
+            "dim1 and dim2 are both dimension 1",
+        ),
+        (
+            "aten.diagonal.default",
+            r#"{"self": {"tensor": "y"}}"#,
+            "diagonal needs 2 or more dimensions, found 1",
+        ),
+        (
             "aten._adaptive_avg_pool2d.default",
             r#"{"self": {"tensor": "z"}, "output_size": [2, 1]}"#,
             "pooling u0 (at most 100000) × 2 to 2 × 1 takes windows of up to 50001 × 2 taps",

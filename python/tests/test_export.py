@@ -248,6 +248,7 @@ class ExportTest(unittest.TestCase):
                                                     align_corners=True)
                 z = torch.atan2(y, x.mean() + 1) + torch.round(y * 3) / 3 + torch.sign(y) * torch.floor(y)
                 z = z + torch.asinh(y) + torch.expm1(y.clamp(max=2)) + torch.log2(y.abs() + 1)
+                z = z + torch.hypot(y, z) + torch.copysign(y, z.neg()) + torch.copysign(z, -1.5)
                 z = torch.nan_to_num(torch.log(y), nan=0.5, neginf=-4.0) + z + torch.ceil(torch.acos(y.tanh()))
                 idx = torch.argmin(z.flatten(2), dim=-1)
                 lo, hi = packed & 0xF, (packed >> 4) & 0xF
@@ -265,7 +266,8 @@ class ExportTest(unittest.TestCase):
         for op in ("aten.native_group_norm.default", "aten._native_batch_norm_legit.no_stats",
                    "aten.elu.default", "aten.leaky_relu.default", "aten.hardtanh.default",
                    "aten.atan2.default", "aten.round.default", "aten.floor.default", "aten.isnan.default",
-                   "aten.argmin.default", "aten.__rshift__.Scalar", "aten.bitwise_xor.Tensor"):
+                   "aten.argmin.default", "aten.__rshift__.Scalar", "aten.bitwise_xor.Tensor",
+                   "aten.hypot.default", "aten.copysign.Tensor"):
             self.assertIn(op, ops)
         for shape, rows in [((1, 4, 2, 3), 1), ((3, 4, 9, 8), 7), ((2, 4, 17, 5), 64)]:
             x = torch.randn(*shape)
@@ -317,6 +319,29 @@ class ExportTest(unittest.TestCase):
                 self.assertEqual(len(got), len(want))
                 for g, w in zip(got, want):
                     torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+    def test_unfold_and_diagonal(self):
+        # Sliding windows (an STFT-style framing) and diagonals with offsets, at symbolic lengths.
+        class Views(torch.nn.Module):
+            def forward(self, x):
+                frames = x.unfold(-1, 4, 2)
+                return (frames * torch.diagonal(x, 1, 0, 1).sum(), torch.diagonal(frames, -1, 1, 2),
+                        torch.diagonal(x, -2).unsqueeze(0) + 1)
+
+        e = guardless.export(Views(), (torch.randn(6, 9),),
+                             dynamic_shapes={"x": {0: torch.export.Dim("r", min=4, max=64),
+                                                   1: torch.export.Dim("n", min=8, max=512)}})
+        self.assertLessEqual({"aten.unfold.default", "aten.diagonal.default"}, {n["op"] for n in e.graph["nodes"]})
+        for shape in [(6, 9), (4, 8), (17, 40)]:
+            x = torch.randn(*shape)
+            want = Views()(x)
+            with tempfile.TemporaryDirectory() as tmp:
+                got = run_guardless(e, [x], tmp)
+            names = [o["tensor"] for o in e.graph["outputs"]]
+            want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
+            self.assertEqual(len(got), len(want))
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those

@@ -349,6 +349,10 @@ fn binary(b: BinaryOp, a: &str, c: &str, operand: DType, d: DType) -> String {
         BinaryOp::BitXor => format!("({a} ^ {c})"),
         BinaryOp::Atan2 if f => format!("atan2f({a}, {c})"),
         BinaryOp::Atan2 => format!("atan2({a}, {c})"),
+        BinaryOp::Hypot if f => format!("hypotf({a}, {c})"),
+        BinaryOp::Hypot => format!("hypot({a}, {c})"),
+        BinaryOp::Copysign if f => format!("copysignf({a}, {c})"),
+        BinaryOp::Copysign => format!("copysign({a}, {c})"),
         // Operands are i64 (lowering widens them); C leaves shifts by 64 or more undefined.
         BinaryOp::Shl => {
             format!("(({c} >= 0 && {c} < 64) ? (long long)((unsigned long long){a} << {c}) : 0LL)")

@@ -82,6 +82,10 @@ pub enum BinaryOp {
     BitXor,
     /// `atan2(a, b)`, the angle of the point (b, a).
     Atan2,
+    /// `hypot(a, b)`: √(a² + b²) without overflow or underflow in between.
+    Hypot,
+    /// `copysign(a, b)`: |a| with b's sign bit (−0.0 and a NaN's sign count).
+    Copysign,
     /// Shifts of i64 as ATen defines them for every width: an amount outside 0..64 shifts
     /// everything out (0 to the left, the sign to the right).
     Shl,
@@ -193,7 +197,7 @@ impl Op {
                     | Acosh
                     | Atanh,
                 _
-            ) | Op::Binary(BinaryOp::Pow | BinaryOp::Atan2, _, _)
+            ) | Op::Binary(BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot, _, _)
         )
     }
 }

@@ -108,12 +108,15 @@ pub(super) fn lower(l: &mut Lowerer, n: &GraphNode, name: &str, overload: &str) 
                 c.body.binary(BinaryOp::Ne, x, y)
             })
         }
-        "atan2" => {
+        "atan2" | "hypot" | "copysign" => {
+            let op = match name {
+                "atan2" => BinaryOp::Atan2,
+                "hypot" => BinaryOp::Hypot,
+                _ => BinaryOp::Copysign,
+            };
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
             let t = float_of(result_type(&[&a, &b])?);
-            map(l, &[a, b], t, t, |c, v| {
-                c.body.binary(BinaryOp::Atan2, v[0], v[1])
-            })
+            map(l, &[a, b], t, t, move |c, v| c.body.binary(op, v[0], v[1]))
         }
         "hardtanh" => {
             let x = tensor(l, n, "self")?;

@@ -13,6 +13,7 @@ mod overwrite;
 mod pool;
 mod promote;
 mod routing;
+mod strided_views;
 mod views;
 
 use std::rc::Rc;

@@ -621,6 +621,8 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
             super::views::split(l, x, dim, name, n)
         }
+        "unfold" => one(super::strided_views::unfold(l, n)?),
+        "diagonal" => one(super::strided_views::diagonal(l, n)?),
         "flip" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();

@@ -1686,6 +1686,58 @@ pub(super) fn run_node(
             }
             Ok(outs)
         }
+        "unfold" => {
+            let x = n.tensor("self")?;
+            let d = wrap(n.int("dimension")?, x.shape.len())?;
+            let (size, step) = (n.int("size")?, n.int("step")?);
+            if x.shape.is_empty() || size < 0 || step < 1 || size as usize > x.shape[d] {
+                return fail(format!(
+                    "unfold of size {size}, step {step} over {:?}",
+                    x.shape
+                ));
+            }
+            let mut shape = x.shape.clone();
+            shape[d] = (x.shape[d] - size as usize) / step as usize + 1;
+            shape.push(size as usize);
+            out(gather_view(&x, shape, |idx| {
+                let mut src = idx[..idx.len() - 1].to_vec();
+                src[d] = src[d] * step as usize + idx[idx.len() - 1];
+                src
+            }))
+        }
+        "diagonal" => {
+            let x = n.tensor("self")?;
+            let rank = x.shape.len();
+            let (d1, d2) = (wrap(n.int("dim1")?, rank)?, wrap(n.int("dim2")?, rank)?);
+            let offset = n.int("offset")?;
+            if d1 == d2 {
+                return fail("diagonal of one dimension twice");
+            }
+            let (s1, s2) = ((-offset).max(0) as usize, offset.max(0) as usize);
+            let len = x.shape[d1]
+                .saturating_sub(s1)
+                .min(x.shape[d2].saturating_sub(s2));
+            let mut shape: Vec<usize> = (0..rank)
+                .filter(|&k| k != d1 && k != d2)
+                .map(|k| x.shape[k])
+                .collect();
+            shape.push(len);
+            out(gather_view(&x, shape, |idx| {
+                let k = idx[idx.len() - 1];
+                let mut kept = idx[..idx.len() - 1].iter();
+                (0..rank)
+                    .map(|j| {
+                        if j == d1 {
+                            k + s1
+                        } else if j == d2 {
+                            k + s2
+                        } else {
+                            *kept.next().unwrap_or(&0)
+                        }
+                    })
+                    .collect()
+            }))
+        }
         "flip" => {
             let x = n.tensor("self")?;
             let rank = x.shape.len();

@@ -130,6 +130,26 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
     ),
     (
+        "aten.hypot.default",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.hypot.default",
+        r#"{"self": {"tensor": "h"}, "other": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.copysign.Tensor",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.copysign.Tensor",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "h"}}"#,
+    ),
+    (
+        "aten.copysign.Scalar",
+        r#"{"self": {"tensor": "x"}, "other": -2}"#,
+    ),
+    (
         "aten.atan2.default",
         r#"{"self": {"tensor": "i"}, "other": {"tensor": "x"}}"#,
     ),
@@ -447,6 +467,39 @@ pub const CASES: &[(&str, &str)] = &[
     (
         "aten.view.default",
         r#"{"self": {"tensor": "z"}, "size": ["3*u0", 2]}"#,
+    ),
+    (
+        "aten.unfold.default",
+        r#"{"self": {"tensor": "x"}, "dimension": 1, "size": 2, "step": 2}"#,
+    ),
+    (
+        "aten.unfold.default",
+        r#"{"self": {"tensor": "x"}, "dimension": 0, "size": 1, "step": 3}"#,
+    ),
+    (
+        "aten.unfold.default",
+        r#"{"self": {"tensor": "h"}, "dimension": -1, "size": 3, "step": 1}"#,
+    ),
+    (
+        "aten.unfold.default",
+        r#"{"self": {"tensor": "z"}, "dimension": 2, "size": 0, "step": 1}"#,
+    ),
+    ("aten.diagonal.default", r#"{"self": {"tensor": "x"}}"#),
+    (
+        "aten.diagonal.default",
+        r#"{"self": {"tensor": "x"}, "offset": 2}"#,
+    ),
+    (
+        "aten.diagonal.default",
+        r#"{"self": {"tensor": "i"}, "offset": -1, "dim1": 1, "dim2": 0}"#,
+    ),
+    (
+        "aten.diagonal.default",
+        r#"{"self": {"tensor": "z"}, "offset": 1, "dim1": 2, "dim2": 0}"#,
+    ),
+    (
+        "aten.diagonal.default",
+        r#"{"self": {"tensor": "x"}, "offset": 7}"#,
     ),
     (
         "aten.select.int",

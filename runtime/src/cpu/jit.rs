@@ -111,6 +111,12 @@ extern "C" fn gl_atan2f(y: f32, x: f32) -> f32 {
 extern "C" fn gl_atan2(y: f64, x: f64) -> f64 {
     y.atan2(x)
 }
+extern "C" fn gl_hypotf(x: f32, y: f32) -> f32 {
+    x.hypot(y)
+}
+extern "C" fn gl_hypot(x: f64, y: f64) -> f64 {
+    x.hypot(y)
+}
 extern "C" fn gl_ipow(x: i64, y: i64) -> i64 {
     if y < 0 {
         0
@@ -160,6 +166,14 @@ impl Jit {
         mappings.push((
             "gl_atan2",
             gl_atan2 as extern "C" fn(f64, f64) -> f64 as usize,
+        ));
+        mappings.push((
+            "gl_hypotf",
+            gl_hypotf as extern "C" fn(f32, f32) -> f32 as usize,
+        ));
+        mappings.push((
+            "gl_hypot",
+            gl_hypot as extern "C" fn(f64, f64) -> f64 as usize,
         ));
         mappings.push((
             "gl_ipow",

@@ -938,7 +938,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
     ) -> R<Val<'c>> {
         use BinaryOp::*;
         let b = self.b;
-        if xd.is_float() || yd.is_float() || matches!(o, Div | Atan2) {
+        if xd.is_float() || yd.is_float() || matches!(o, Div | Atan2 | Hypot | Copysign) {
             // Arithmetic in the result's type; comparisons in the operands' wider type.
             let work = if d.is_float() {
                 d
@@ -1000,16 +1000,22 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     };
                     self.bool_val(r)
                 }
-                Atan2 => {
-                    let name = if t == self.cx.f64_type() {
-                        "gl_atan2"
-                    } else {
-                        "gl_atan2f"
+                Atan2 | Hypot => {
+                    let wide = t == self.cx.f64_type();
+                    let name = match (o, wide) {
+                        (Atan2, true) => "gl_atan2",
+                        (Atan2, false) => "gl_atan2f",
+                        (_, true) => "gl_hypot",
+                        (_, false) => "gl_hypotf",
                     };
                     Ok(Val::F(
                         self.call(name, &[fx.into(), fy.into()])?.into_float_value(),
                     ))
                 }
+                Copysign => Ok(Val::F(
+                    self.intrinsic("llvm.copysign", t.into(), &[fx.into(), fy.into()])?
+                        .into_float_value(),
+                )),
                 BitAnd | BitOr | BitXor | Shl | Shr => {
                     let fail = self.fail_block("bitwise op on floats".to_string());
                     b.build_unconditional_branch(fail)?;
@@ -1092,7 +1098,7 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     b.build_right_shift(ix, amount, true, "")?
                 })
             }
-            Atan2 => unreachable!("atan2 is float"),
+            Atan2 | Hypot | Copysign => unreachable!("taken as floats above"),
         })
     }
 }

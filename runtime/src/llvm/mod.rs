@@ -72,7 +72,7 @@ pub const UNARY_HELPERS: [(&str, bool); 40] = [
 
 /// Whether helper `name` works on f64 (else f32).
 pub fn helper_is_wide(name: &str) -> bool {
-    matches!(name, "gl_pow" | "gl_atan2" | "gl_ipow")
+    matches!(name, "gl_pow" | "gl_atan2" | "gl_hypot" | "gl_ipow")
         || UNARY_HELPERS.iter().any(|&(n, w)| n == name && w)
 }
 
@@ -94,6 +94,8 @@ pub fn declare_helpers<'c>(
         ("gl_pow", f64t),
         ("gl_atan2f", f32t),
         ("gl_atan2", f64t),
+        ("gl_hypotf", f32t),
+        ("gl_hypot", f64t),
     ] {
         let f = module.add_function(name, t.fn_type(&[t.into(), t.into()], false), None);
         helpers.insert(name, f);

@@ -330,6 +330,31 @@ fn define_helpers<'c>(
                 )?;
                 select(&b, origin, c(0.0), r)?
             }
+            "gl_hypot" => {
+                // m·√(1 + (n/m)²) with m = max(|x|, |y|), n = min: no overflow in the squares;
+                // 0 when both are 0, infinity when either is (even against a NaN).
+                let y = f
+                    .get_nth_param(1)
+                    .expect("two arguments")
+                    .into_float_value();
+                let (ax, ay) = (fabs(&b, x)?, fabs(&b, y)?);
+                let bigger = b.build_float_compare(FloatPredicate::OGE, ax, ay, "")?;
+                let (m, n) = (select(&b, bigger, ax, ay)?, select(&b, bigger, ay, ax)?);
+                let q = b.build_float_div(n, m, "")?;
+                let s = sqrt(
+                    &b,
+                    b.build_float_add(c(1.0), b.build_float_mul(q, q, "")?, "")?,
+                )?;
+                let r = b.build_float_mul(m, s, "")?;
+                let zero = b.build_float_compare(FloatPredicate::OEQ, m, c(0.0), "")?;
+                let r = select(&b, zero, c(0.0), r)?;
+                let inf = b.build_or(
+                    b.build_float_compare(FloatPredicate::OEQ, ax, c(f64::INFINITY), "")?,
+                    b.build_float_compare(FloatPredicate::OEQ, ay, c(f64::INFINITY), "")?,
+                    "",
+                )?;
+                select(&b, inf, c(f64::INFINITY), r)?
+            }
             "gl_log" => log(&b, x)?,
             "gl_log1p" => log(&b, b.build_float_add(x, c(1.0), "")?)?,
             "gl_sin" => back(&b, nv(&b, "llvm.nvvm.sin.approx.f", to32(&b, x)?)?)?,

@@ -163,6 +163,8 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
             Rem => V::F(x % y),
             Pow => V::F(x.powf(y)),
             Atan2 => V::F(x.atan2(y)),
+            Hypot => V::F(x.hypot(y)),
+            Copysign => V::F(x.copysign(y)),
             Max => V::F(ieee_max_min(x, y, true)),
             Min => V::F(ieee_max_min(x, y, false)),
             Eq => cmp(x == y),
@@ -220,5 +222,7 @@ pub(super) fn binary(o: BinaryOp, a: V, b: V, dtype: DType) -> Result<V, String>
         Shl => V::I(if (0..64).contains(&y) { x << y } else { 0 }),
         Shr => V::I(x >> if (0..64).contains(&y) { y } else { 63 }),
         Atan2 => V::F((x as f64).atan2(y as f64)),
+        Hypot => V::F((x as f64).hypot(y as f64)),
+        Copysign => V::F((x as f64).copysign(y as f64)),
     })
 }

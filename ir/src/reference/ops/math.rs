@@ -149,11 +149,16 @@ pub(super) fn run(n: &Node, name: &str, overload: &str) -> R<Vec<HostTensor>> {
                 Ok(E::I(i64::from((v[0].f() != 0.0) != (v[1].f() != 0.0))))
             })?)
         }
-        "atan2" => {
+        "atan2" | "hypot" | "copysign" => {
             let (a, c) = (n.operand("self")?, n.operand("other")?);
             let d = float_of(result_type(&[&a, &c])?);
+            let f: fn(f64, f64) -> f64 = match name {
+                "atan2" => f64::atan2,
+                "hypot" => f64::hypot,
+                _ => f64::copysign,
+            };
             out(elementwise(&[&a, &c], d, d, |v| {
-                Ok(E::F(v[0].f().atan2(v[1].f())))
+                Ok(E::F(f(v[0].f(), v[1].f())))
             })?)
         }
         "bitwise_xor"

@@ -1,0 +1,114 @@
+//! Views that read the input along new paths rather than by reshaping it: `unfold` (sliding
+//! windows as a new innermost dimension) and `diagonal` (two dimensions walked together). Both
+//! are index arithmetic over the input's loader; nothing is copied.
+
+use std::rc::Rc;
+
+use super::ops::{dim_arg, int, msg, tensor};
+use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::graph::GraphNode;
+use crate::sym::Expr;
+
+type R<T> = Result<T, NodeError>;
+
+fn constant(l: &Lowerer, n: &GraphNode, name: &str) -> R<i64> {
+    let e = int(n, name)?;
+    l.env
+        .pool()
+        .as_const(e)
+        .ok_or_else(|| NodeError::Message(format!("argument '{name}' must be a constant")))
+}
+
+/// `unfold(dimension, size, step)`: dimension `d` of length `S` becomes `(S − size) // step + 1`
+/// windows and a new last dimension of `size` holds each window; `out[…, i, …, j] = x[…, i·step
+/// + j, …]`. A window longer than the dimension is a runtime error, as in ATen.
+pub(super) fn unfold(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    if x.sizes.is_empty() {
+        return msg("unfold needs a tensor of at least one dimension");
+    }
+    let d = dim_arg(l, n, "dimension", x.sizes.len())?;
+    let (size, step) = (constant(l, n, "size")?, constant(l, n, "step")?);
+    if size < 0 || step < 1 {
+        return msg(format!(
+            "size must be non-negative and step positive, found size {size} and step {step}"
+        ));
+    }
+    let len = x.sizes[d];
+    let p = l.env.pool_mut();
+    let window = p.constant(size);
+    let fits = p.le(window, len);
+    if !l.env.statically_known_true(fits) {
+        l.env.check(fits).map_err(|_| {
+            NodeError::Message(format!(
+                "a window of {size} can be longer than dimension {d} (size {})",
+                l.env.text(len)
+            ))
+        })?;
+    }
+    let p = l.env.pool_mut();
+    let rest = p.sub(len, window);
+    let s = p.constant(step);
+    let q = p.floordiv(rest, s);
+    let one = p.one();
+    let count = p.add(q, one);
+    let count = l.env.simplify(count);
+    let mut sizes = x.sizes.clone();
+    sizes[d] = count;
+    sizes.push(window);
+    let inner = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let mut src = idx[..idx.len() - 1].to_vec();
+        let p = c.env.pool_mut();
+        let start = p.scale(idx[d], step);
+        src[d] = p.add(start, idx[idx.len() - 1]);
+        inner(c, &src)
+    });
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
+
+/// `diagonal(offset, dim1, dim2)`: dimensions `dim1` and `dim2` go, and a last dimension walks
+/// `x[…, k + max(−offset, 0), …, k + max(offset, 0), …]` for as long as both stay in range
+/// (possibly empty: an offset past the edge gives no elements, as in ATen).
+pub(super) fn diagonal(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    let rank = x.sizes.len();
+    if rank < 2 {
+        return msg(format!("diagonal needs 2 or more dimensions, found {rank}"));
+    }
+    let offset = constant(l, n, "offset")?;
+    let (d1, d2) = (dim_arg(l, n, "dim1", rank)?, dim_arg(l, n, "dim2", rank)?);
+    if d1 == d2 {
+        return msg(format!("dim1 and dim2 are both dimension {d1}"));
+    }
+    let (skip1, skip2) = ((-offset).max(0), offset.max(0));
+    let p = l.env.pool_mut();
+    let (o1, o2) = (p.constant(skip1), p.constant(skip2));
+    let (r1, r2) = (p.sub(x.sizes[d1], o1), p.sub(x.sizes[d2], o2));
+    let shortest = p.min(r1, r2);
+    let zero = p.zero();
+    let len = p.max(shortest, zero);
+    let len = l.env.simplify(len);
+    let mut sizes: Vec<Expr> = (0..rank)
+        .filter(|&k| k != d1 && k != d2)
+        .map(|k| x.sizes[k])
+        .collect();
+    sizes.push(len);
+    let inner = x.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let k = idx[idx.len() - 1];
+        let mut rest = idx[..idx.len() - 1].iter();
+        let p = c.env.pool_mut();
+        let (o1, o2) = (p.constant(skip1), p.constant(skip2));
+        let (a1, a2) = (p.add(k, o1), p.add(k, o2));
+        let src: Vec<Expr> = (0..rank)
+            .map(|j| match j {
+                _ if j == d1 => a1,
+                _ if j == d2 => a2,
+                _ => *rest.next().expect("one index per kept dimension"),
+            })
+            .collect();
+        inner(c, &src)
+    });
+    Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
