@@ -321,17 +321,19 @@ class ExportTest(unittest.TestCase):
                     torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
     def test_unfold_and_diagonal(self):
-        # Sliding windows (an STFT-style framing) and diagonals with offsets, at symbolic lengths.
+        # Sliding windows (an STFT-style framing), diagonals with offsets and products, at symbolic
+        # lengths.
         class Views(torch.nn.Module):
             def forward(self, x):
                 frames = x.unfold(-1, 4, 2)
                 return (frames * torch.diagonal(x, 1, 0, 1).sum(), torch.diagonal(frames, -1, 1, 2),
-                        torch.diagonal(x, -2).unsqueeze(0) + 1)
+                        torch.diagonal(x, -2).unsqueeze(0) + 1, frames.prod(-1), (x > 0).prod(0))
 
         e = guardless.export(Views(), (torch.randn(6, 9),),
                              dynamic_shapes={"x": {0: torch.export.Dim("r", min=4, max=64),
                                                    1: torch.export.Dim("n", min=8, max=512)}})
-        self.assertLessEqual({"aten.unfold.default", "aten.diagonal.default"}, {n["op"] for n in e.graph["nodes"]})
+        self.assertLessEqual({"aten.unfold.default", "aten.diagonal.default", "aten.prod.dim_int"},
+                             {n["op"] for n in e.graph["nodes"]})
         for shape in [(6, 9), (4, 8), (17, 40)]:
             x = torch.randn(*shape)
             want = Views()(x)

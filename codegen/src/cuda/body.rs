@@ -105,6 +105,7 @@ pub fn identity(kind: ReductionKind, d: DType) -> String {
     };
     match (kind, d.is_float()) {
         (ReductionKind::Sum, _) => format!("(({t})0)"),
+        (ReductionKind::Prod, _) => format!("(({t})1)"),
         (ReductionKind::Any, _) => "false".into(),
         (ReductionKind::Max | ReductionKind::ArgMax, true) => inf(true),
         (ReductionKind::Min | ReductionKind::ArgMin, true) => inf(false),
@@ -131,6 +132,7 @@ pub fn identity(kind: ReductionKind, d: DType) -> String {
 pub fn combine(kind: ReductionKind, a: &str, b: &str) -> String {
     match kind {
         ReductionKind::Sum => format!("({a} + {b})"),
+        ReductionKind::Prod => format!("({a} * {b})"),
         ReductionKind::Max => format!("gl_max({a}, {b})"),
         ReductionKind::Min => format!("gl_min({a}, {b})"),
         ReductionKind::Any => format!("({a} || {b})"),

@@ -109,6 +109,8 @@ impl Layout {
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum ReductionKind {
     Sum,
+    /// The product; 1 over an empty range.
+    Prod,
     Max,
     Min,
     Any,
@@ -122,6 +124,7 @@ impl ReductionKind {
     pub fn name(self) -> &'static str {
         match self {
             ReductionKind::Sum => "sum",
+            ReductionKind::Prod => "prod",
             ReductionKind::Max => "max",
             ReductionKind::Min => "min",
             ReductionKind::Any => "any",

@@ -250,7 +250,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             one(map(l, &[x], from, dtype, |_, v| v[0])?)
         }
         "clone" | "alias" => one(tensor(l, n, "self")?),
-        "sum" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
+        "sum" | "prod" | "mean" | "amax" | "amin" | "any" => reduce(l, n, name).map(|t| vec![t]),
         // The whole tensor's largest (smallest) element.
         "max" | "min" if overload == "default" => {
             reduce(l, n, if name == "max" { "amax" } else { "amin" }).map(|t| vec![t])
@@ -966,8 +966,12 @@ fn reduce(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
         _ => None,
     };
     let (kind, acc) = match name {
-        "sum" => (
-            ReductionKind::Sum,
+        "sum" | "prod" => (
+            if name == "sum" {
+                ReductionKind::Sum
+            } else {
+                ReductionKind::Prod
+            },
             stated.unwrap_or(if x.dtype.is_float() {
                 x.dtype
             } else {

@@ -765,7 +765,7 @@ pub(super) fn run_node(
             let f = if name == "max" { nan_max } else { nan_min };
             out(reduce(&x, &dims, false, x.dtype, None, f)?)
         }
-        "sum" | "mean" | "amax" | "amin" | "any" => {
+        "sum" | "prod" | "mean" | "amax" | "amin" | "any" => {
             let x = n.tensor("self")?;
             let rank = x.shape.len();
             let dims = n.ints("dim")?;
@@ -790,6 +790,20 @@ pub(super) fn run_node(
                         match (a, v) {
                             (E::F(a), v) => E::F(a + v.f()),
                             (E::I(a), v) => E::I(a.wrapping_add(v.i())),
+                        }
+                    })?)
+                }
+                "prod" => {
+                    let d = n.dtype("dtype").unwrap_or(if x.dtype.is_float() {
+                        x.dtype
+                    } else {
+                        DType::I64
+                    });
+                    let init = if d.is_float() { E::F(1.0) } else { E::I(1) };
+                    out(reduce(&x, &dims, keep, d, Some(init), |a, v| {
+                        match (a, v) {
+                            (E::F(a), v) => E::F(a * v.f()),
+                            (E::I(a), v) => E::I(a.wrapping_mul(v.i())),
                         }
                     })?)
                 }

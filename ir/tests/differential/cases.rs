@@ -376,6 +376,23 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "h"}, "dtype": {"dtype": "f64"}}"#,
     ),
     ("aten.sum.default", r#"{"self": {"tensor": "i"}}"#),
+    ("aten.prod.default", r#"{"self": {"tensor": "y"}}"#),
+    (
+        "aten.prod.dim_int",
+        r#"{"self": {"tensor": "x"}, "dim": 1}"#,
+    ),
+    (
+        "aten.prod.dim_int",
+        r#"{"self": {"tensor": "h"}, "dim": 0, "keepdim": true}"#,
+    ),
+    (
+        "aten.prod.dim_int",
+        r#"{"self": {"tensor": "i"}, "dim": -1}"#,
+    ),
+    (
+        "aten.prod.dim_int",
+        r#"{"self": {"tensor": "m"}, "dim": 0, "dtype": {"dtype": "f64"}}"#,
+    ),
     ("aten.any.default", r#"{"self": {"tensor": "x"}}"#),
     (
         "aten.any.dims",

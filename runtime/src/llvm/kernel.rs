@@ -249,7 +249,7 @@ const ORDER_FREE_LANES: i64 = 64;
 fn order_free(a: &Acc) -> bool {
     match a.kind {
         ReductionKind::Max | ReductionKind::Min | ReductionKind::Any => true,
-        ReductionKind::Sum => !a.dtype.is_float(),
+        ReductionKind::Sum | ReductionKind::Prod => !a.dtype.is_float(),
         _ => false,
     }
 }
@@ -608,6 +608,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         if a.dtype.is_float() {
             let v = match a.kind {
                 ReductionKind::Sum | ReductionKind::Any => 0.0,
+                ReductionKind::Prod => 1.0,
                 ReductionKind::Max | ReductionKind::ArgMax => f64::NEG_INFINITY,
                 ReductionKind::Min | ReductionKind::ArgMin => f64::INFINITY,
             };
@@ -615,6 +616,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         } else {
             let v = match a.kind {
                 ReductionKind::Sum | ReductionKind::Any => 0,
+                ReductionKind::Prod => 1,
                 ReductionKind::Max | ReductionKind::ArgMax => i64::MIN,
                 ReductionKind::Min | ReductionKind::ArgMin => i64::MAX,
             };
@@ -682,6 +684,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
                 let t = a.get_type();
                 Val::F(match kind {
                     ReductionKind::Sum => b.build_float_add(a, v, "")?,
+                    ReductionKind::Prod => b.build_float_mul(a, v, "")?,
                     ReductionKind::Max | ReductionKind::Min => {
                         super::emit::float_max_min(b, a, v, kind == ReductionKind::Max)?
                     }
@@ -697,6 +700,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
             }
             (Val::I(a), Val::I(v)) => Val::I(match kind {
                 ReductionKind::Sum => b.build_int_add(a, v, "")?,
+                ReductionKind::Prod => b.build_int_mul(a, v, "")?,
                 ReductionKind::Max | ReductionKind::Min => {
                     let p = if kind == ReductionKind::Max {
                         IntPredicate::SGT
@@ -850,7 +854,10 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
         }
         let zero = self.e.const_i64(0);
         let (v, pos) = self.load_acc(a, zero)?;
-        if !matches!(a.kind, ReductionKind::Sum | ReductionKind::Any) {
+        if !matches!(
+            a.kind,
+            ReductionKind::Sum | ReductionKind::Prod | ReductionKind::Any
+        ) {
             let b = self.e.b;
             let some = b.build_int_compare(IntPredicate::SGT, len, zero, "")?;
             let member = self

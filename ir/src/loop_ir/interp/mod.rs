@@ -84,7 +84,12 @@ impl Program {
     ) -> Result<V, String> {
         let total: i64 = rranges.iter().product();
         let dtype = body.dtype(body.result.expect("body has a result"));
-        if total <= 0 && !matches!(kind, ReductionKind::Sum | ReductionKind::Any) {
+        if total <= 0
+            && !matches!(
+                kind,
+                ReductionKind::Sum | ReductionKind::Prod | ReductionKind::Any
+            )
+        {
             return Err(format!("{} over an empty range", kind.name()));
         }
         let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
@@ -138,6 +143,8 @@ impl Program {
         Ok(match acc[0] {
             Some((_, position)) if arg => V::I(position),
             Some((v, _)) => v,
+            None if kind == ReductionKind::Prod && dtype.is_float() => V::F(1.0),
+            None if kind == ReductionKind::Prod => V::I(1),
             None if dtype.is_float() => V::F(0.0),
             None => V::I(0),
         })

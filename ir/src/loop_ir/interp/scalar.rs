@@ -70,6 +70,8 @@ pub(super) fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
     match (kind, dtype.is_float()) {
         (ReductionKind::Sum, true) => V::F(a.f() + v.f()),
         (ReductionKind::Sum, false) => V::I(a.i().wrapping_add(v.i())),
+        (ReductionKind::Prod, true) => V::F(a.f() * v.f()),
+        (ReductionKind::Prod, false) => V::I(a.i().wrapping_mul(v.i())),
         // NaN propagates, as in ATen.
         (ReductionKind::Max, true) => V::F(ieee_max_min(a.f(), v.f(), true)),
         (ReductionKind::Min, true) => V::F(ieee_max_min(a.f(), v.f(), false)),
