@@ -56,6 +56,21 @@ def run_guardless(exported, inputs, tmp):
     return [out[k] for k in sorted(out)]
 
 
+def assert_runs_like_torch(test, exported, model, inputs, **tolerances):
+    """Runs `exported` on `inputs` with the CLI and compares every output with `model`'s."""
+    with torch.no_grad():
+        want = model(*inputs)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    with tempfile.TemporaryDirectory() as tmp:
+        got = run_guardless(exported, inputs, tmp)
+    # The CLI saves outputs by name; run_guardless lists them sorted.
+    names = [o["tensor"] for o in exported.graph["outputs"]]
+    want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
+    test.assertEqual(len(got), len(want))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tolerances)
+
+
 class ExportTest(unittest.TestCase):
     def setUp(self):
         if not os.path.exists(BIN):
@@ -272,14 +287,7 @@ class ExportTest(unittest.TestCase):
         for shape, rows in [((1, 4, 2, 3), 1), ((3, 4, 9, 8), 7), ((2, 4, 17, 5), 64)]:
             x = torch.randn(*shape)
             packed = torch.randint(0, 256, (rows, 5), dtype=torch.int32)
-            with torch.no_grad():
-                want = model(x, packed)
-            with tempfile.TemporaryDirectory() as tmp:
-                got = run_guardless(e, [x, packed], tmp)
-            names = [o["tensor"] for o in e.graph["outputs"]]
-            want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
-            for g, w in zip(got, want):
-                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+            assert_runs_like_torch(self, e, model, [x, packed], rtol=1e-4, atol=1e-4)
 
     def test_average_pooling(self):
         # Padding counted or not, a divisor override, 1-D pooling (exported as 2-D) and a global
@@ -310,15 +318,7 @@ class ExportTest(unittest.TestCase):
             e = guardless.export(model, (torch.randn(*shapes[0]),), dynamic_shapes=dynamic)
             self.assertLessEqual(ops, {n["op"] for n in e.graph["nodes"]})
             for shape in shapes:
-                x = torch.randn(*shape)
-                want = model(x)
-                with tempfile.TemporaryDirectory() as tmp:
-                    got = run_guardless(e, [x], tmp)
-                names = [o["tensor"] for o in e.graph["outputs"]]
-                want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
-                self.assertEqual(len(got), len(want))
-                for g, w in zip(got, want):
-                    torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+                assert_runs_like_torch(self, e, model, [torch.randn(*shape)], rtol=1e-5, atol=1e-5)
 
     def test_unfold_and_diagonal(self):
         # Sliding windows (an STFT-style framing), diagonals with offsets and products, at symbolic
@@ -335,15 +335,7 @@ class ExportTest(unittest.TestCase):
         self.assertLessEqual({"aten.unfold.default", "aten.diagonal.default", "aten.prod.dim_int"},
                              {n["op"] for n in e.graph["nodes"]})
         for shape in [(6, 9), (4, 8), (17, 40)]:
-            x = torch.randn(*shape)
-            want = Views()(x)
-            with tempfile.TemporaryDirectory() as tmp:
-                got = run_guardless(e, [x], tmp)
-            names = [o["tensor"] for o in e.graph["outputs"]]
-            want = [w for _, w in sorted(zip(names, want), key=lambda p: p[0])]
-            self.assertEqual(len(got), len(want))
-            for g, w in zip(got, want):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+            assert_runs_like_torch(self, e, Views(), [torch.randn(*shape)], rtol=1e-5, atol=1e-5)
 
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those

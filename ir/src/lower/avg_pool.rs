@@ -4,8 +4,8 @@
 //! divisor is an index expression (a constant unless padding or ceil mode clip some windows), so
 //! it costs nothing per tap.
 
-use super::ops::{map, msg, opt_int, tensor};
-use super::pool::{pooled_sizes, window, Window};
+use super::ops::{map, msg, opt_int};
+use super::pool::{pooled_sizes, pooling_input, window, Window};
 use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode};
@@ -21,14 +21,8 @@ type Tap = (Expr, Option<Expr>);
 /// `avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
 /// divisor_override)` over the last two dimensions of a 3-D or 4-D float input.
 pub(super) fn avg_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
-    let x = tensor(l, n, "self")?;
+    let x = pooling_input(l, n)?;
     let rank = x.sizes.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return msg(format!(
-            "expects a float input of 3 or 4 dimensions, found {} of rank {rank}",
-            x.dtype
-        ));
-    }
     let w = window(l, n, false)?;
     // ATen's default is to count the padding.
     let include_pad = !matches!(n.arg("count_include_pad"), Some(Arg::Bool(false)));
@@ -131,14 +125,8 @@ const MAX_ADAPTIVE_TAPS: i64 = 256;
 /// window; the divisor is the window's length. Windows of more than [`MAX_ADAPTIVE_TAPS`] taps
 /// are refused with the sizes that need them.
 pub(super) fn adaptive_avg_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
-    let x = tensor(l, n, "self")?;
+    let x = pooling_input(l, n)?;
     let rank = x.sizes.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return msg(format!(
-            "expects a float input of 3 or 4 dimensions, found {} of rank {rank}",
-            x.dtype
-        ));
-    }
     let outs = match super::ops::const_ints(l, n, "output_size")?[..] {
         [h, w] if h > 0 && w > 0 => [h, w],
         ref v => {

@@ -179,11 +179,8 @@ pub(super) fn pooled_sizes(l: &mut Lowerer, ins: [Expr; 2], w: &Window) -> R<[Ex
     Ok(outs)
 }
 
-/// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
-/// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
-/// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
-/// value is NaN if any is, at the last NaN).
-pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+/// A 2-D pooling op's `self`: a float tensor of 3 or 4 dimensions, pooled over the last two.
+pub(super) fn pooling_input(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let x = tensor(l, n, "self")?;
     let rank = x.sizes.len();
     if !(3..=4).contains(&rank) || !x.dtype.is_float() {
@@ -192,6 +189,16 @@ pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             x.dtype
         ));
     }
+    Ok(x)
+}
+
+/// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
+/// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
+/// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
+/// value is NaN if any is, at the last NaN).
+pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let x = pooling_input(l, n)?;
+    let rank = x.sizes.len();
     let w = window(l, n, true)?;
     let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];
     let outs = pooled_sizes(l, ins, &w)?;

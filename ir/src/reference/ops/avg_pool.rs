@@ -2,6 +2,7 @@
 //! the `count_include_pad` divisor), then to the input; the sum over the clipped window, row by
 //! row, in f64; an empty window gives 0.
 
+use super::conv::{window, Window};
 use super::{build, elem, fail, unflatten, Node, E, R};
 use crate::tensor::HostTensor;
 
@@ -11,19 +12,8 @@ pub(super) fn avg_pool2d(n: &Node) -> R<Vec<HostTensor>> {
     if !(3..=4).contains(&rank) || !x.dtype.is_float() {
         return fail("avg_pool2d of a non-float input or a rank other than 3 or 4");
     }
-    let two = |name: &str, default: Option<[i64; 2]>| -> R<[i64; 2]> {
-        let v = n.ints(name)?;
-        match (&v[..], default) {
-            ([], Some(d)) => Ok(d),
-            ([a], _) => Ok([*a, *a]),
-            ([a, b], _) => Ok([*a, *b]),
-            _ => fail(format!("{name}: {v:?}")),
-        }
-    };
-    let k = two("kernel_size", None)?;
-    let s = two("stride", Some(k))?;
-    let p = two("padding", Some([0, 0]))?;
-    let ceil = n.flag("ceil_mode");
+    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
+    let Window { k, s, p, outs, .. } = window(n, ins)?;
     let include_pad = !matches!(
         n.node.arg("count_include_pad"),
         Some(crate::graph::Arg::Bool(false))
@@ -31,22 +21,6 @@ pub(super) fn avg_pool2d(n: &Node) -> R<Vec<HostTensor>> {
     let divisor = n.opt_int("divisor_override")?;
     if divisor == Some(0) {
         return fail("divisor_override must not be zero");
-    }
-    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
-    let mut outs = [0usize; 2];
-    for i in 0..2 {
-        let mut top = ins[i] + 2 * p[i] - k[i];
-        if ceil {
-            top += s[i] - 1;
-        }
-        let mut o = top.div_euclid(s[i]) + 1;
-        if ceil && (o - 1) * s[i] >= ins[i] + p[i] {
-            o -= 1;
-        }
-        if o < 1 {
-            return fail(format!("pooling output size {o} is too small"));
-        }
-        outs[i] = o as usize;
     }
     let mut shape = x.shape[..rank - 2].to_vec();
     shape.extend(outs);

@@ -136,14 +136,18 @@ pub(super) fn batch_norm(n: &Node) -> R<Vec<HostTensor>> {
     ])
 }
 
-/// `max_pool2d_with_indices` as ATen's CPU kernel: over each window's taps inside the input (row
-/// by row), the value replaces the running maximum when larger or NaN; the index is `h·W + w`.
-pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
-    let x = n.tensor("self")?;
-    let rank = x.shape.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return fail("max_pool2d of a non-float input or a rank other than 3 or 4");
-    }
+/// A 2-D pooling window (kernel, stride, padding, dilation) and the pooled sizes of `ins`.
+pub(super) struct Window {
+    pub k: [i64; 2],
+    pub s: [i64; 2],
+    pub p: [i64; 2],
+    pub d: [i64; 2],
+    pub outs: [usize; 2],
+}
+
+/// The window arguments of a pooling node (`dilation` 1 where the op has none) and ATen's pooled
+/// sizes, ceil mode's last window dropped when it starts past the padded input.
+pub(super) fn window(n: &Node, ins: [i64; 2]) -> R<Window> {
     let two = |name: &str, default: Option<[i64; 2]>| -> R<[i64; 2]> {
         let v = n.ints(name)?;
         match (&v[..], default) {
@@ -158,7 +162,6 @@ pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
     let p = two("padding", Some([0, 0]))?;
     let d = two("dilation", Some([1, 1]))?;
     let ceil = n.flag("ceil_mode");
-    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
     let mut outs = [0usize; 2];
     for i in 0..2 {
         let mut top = ins[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1;
@@ -174,6 +177,19 @@ pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
         }
         outs[i] = o as usize;
     }
+    Ok(Window { k, s, p, d, outs })
+}
+
+/// `max_pool2d_with_indices` as ATen's CPU kernel: over each window's taps inside the input (row
+/// by row), the value replaces the running maximum when larger or NaN; the index is `h·W + w`.
+pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("self")?;
+    let rank = x.shape.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return fail("max_pool2d of a non-float input or a rank other than 3 or 4");
+    }
+    let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
+    let Window { k, s, p, d, outs } = window(n, ins)?;
     let mut shape = x.shape[..rank - 2].to_vec();
     shape.extend(outs);
     let plane = (ins[0] * ins[1]) as usize;
