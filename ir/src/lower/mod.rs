@@ -6,8 +6,8 @@
 
 mod avg_pool;
 mod conv;
-mod group_norm;
 mod math;
+mod norms;
 mod ops;
 mod overwrite;
 mod pool;

@@ -355,9 +355,9 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "convolution" => one(super::conv::convolution(l, n)?),
         "_native_batch_norm_legit_no_training" => super::pool::batch_norm(l, n),
         "_native_batch_norm_legit" if overload == "no_stats" => {
-            super::group_norm::batch_norm_batch_stats(l, n)
+            super::norms::batch_norm_batch_stats(l, n)
         }
-        "native_group_norm" => super::group_norm::group_norm(l, n),
+        "native_group_norm" => super::norms::group_norm(l, n),
         "max_pool2d_with_indices" => super::pool::max_pool2d(l, n),
         "avg_pool2d" => super::avg_pool::avg_pool2d(l, n),
         "_adaptive_avg_pool2d" => super::avg_pool::adaptive_avg_pool2d(l, n),
@@ -1275,37 +1275,7 @@ fn norm(l: &mut Lowerer, n: &GraphNode, x: LTensor, k: usize, rms: bool) -> R<Ve
             _ => f32::EPSILON as f64,
         },
     };
-    let count = dims.iter().fold(l.env.pool_mut().one(), |acc, &d| {
-        l.env.pool_mut().mul(acc, x.sizes[d])
-    });
-    let (centered, mean) = if rms {
-        (x.clone(), None)
-    } else {
-        let sum = l.reduction(&x, &dims, true, ReductionKind::Sum, cd, &n.name);
-        let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
-            c.body.binary(BinaryOp::Div, v[0], v[1])
-        })?;
-        let mean = l.realize(mean, &n.name);
-        let centered = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
-            c.body.binary(BinaryOp::Sub, v[0], v[1])
-        })?;
-        (centered, Some(mean))
-    };
-    let sq = map(l, std::slice::from_ref(&centered), cd, cd, |c, v| {
-        c.body.binary(BinaryOp::Mul, v[0], v[0])
-    })?;
-    let ss = l.reduction(&sq, &dims, true, ReductionKind::Sum, cd, &n.name);
-    let rstd = map(l, &[ss, number(Scalar::Int(count))], cd, cd, move |c, v| {
-        let d = c.body.cast(v[1], c.body.dtype(v[0]));
-        let m = c.body.binary(BinaryOp::Div, v[0], d);
-        let e = c.body.constant(Constant::float(eps), c.body.dtype(v[0]));
-        let m = c.body.binary(BinaryOp::Add, m, e);
-        c.body.unary(UnaryOp::Rsqrt, m)
-    })?;
-    let rstd = l.realize(rstd, &n.name);
-    let mut out = map(l, &[centered, rstd.clone()], cd, cd, |c, v| {
-        c.body.binary(BinaryOp::Mul, v[0], v[1])
-    })?;
+    let (mut out, mean, rstd) = super::norms::standardize(l, n, &x, &dims, eps, !rms)?;
     for (arg, bin) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
         if let Some(Arg::Tensor(_)) = n.arg(arg) {
             let w = tensor(l, n, arg)?;

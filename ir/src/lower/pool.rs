@@ -15,7 +15,8 @@ use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
 
-fn float(l: &Lowerer, n: &GraphNode, name: &str) -> R<f64> {
+/// A float argument, or an integer constant read as one.
+pub(super) fn float(l: &Lowerer, n: &GraphNode, name: &str) -> R<f64> {
     match n.arg(name) {
         Some(Arg::Float(f)) => Ok(*f),
         Some(Arg::Int(e)) => match l.env.pool().as_const(*e) {

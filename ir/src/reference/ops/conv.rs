@@ -3,6 +3,7 @@
 //! added, rounded once; transposed, every input element scattered through the kernel. Inference
 //! batch norm, max pooling (with indices) and nearest upsampling likewise.
 
+use super::norms::{channel, eps};
 use super::{build, elem, fail, flat, strides, unflatten, Node, E, R};
 use crate::graph::Arg;
 use crate::tensor::HostTensor;
@@ -94,22 +95,8 @@ pub(super) fn batch_norm(n: &Node) -> R<Vec<HostTensor>> {
         return fail("batch norm of a non-float or channel-less input");
     }
     let c = x.shape[1];
-    let eps = match n.node.arg("eps") {
-        Some(Arg::Float(f)) => *f,
-        _ => return fail("eps must be a float"),
-    };
-    let channel = |name: &str| -> R<Option<HostTensor>> {
-        match n.node.arg(name) {
-            Some(Arg::Tensor(_)) => {
-                let t = n.tensor(name)?;
-                if t.shape != [c] {
-                    return fail(format!("{name} of shape {:?} for {c} channels", t.shape));
-                }
-                Ok(Some(t))
-            }
-            _ => Ok(None),
-        }
-    };
+    let eps = eps(n)?;
+    let channel = |name: &str| channel(n, name, c);
     let (Some(mean), Some(var)) = (channel("running_mean")?, channel("running_var")?) else {
         return fail("running statistics are required");
     };

@@ -6,7 +6,8 @@ use super::{build, elem, fail, Node, E, R};
 use crate::graph::Arg;
 use crate::tensor::HostTensor;
 
-fn eps(n: &Node) -> R<f64> {
+/// `eps`: a float, or an integer read as one.
+pub(super) fn eps(n: &Node) -> R<f64> {
     match n.node.arg("eps") {
         Some(Arg::Float(f)) => Ok(*f),
         Some(Arg::Int(_)) => Ok(n.int("eps")? as f64),
@@ -14,21 +15,23 @@ fn eps(n: &Node) -> R<f64> {
     }
 }
 
+/// A per-channel tensor argument, when given: it must have `c` elements.
+pub(super) fn channel(n: &Node, name: &str, c: usize) -> R<Option<HostTensor>> {
+    match n.node.arg(name) {
+        Some(Arg::Tensor(_)) => {
+            let t = n.tensor(name)?;
+            if t.shape != [c] {
+                return fail(format!("{name} of shape {:?} for {c} channels", t.shape));
+            }
+            Ok(Some(t))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// `weight` and `bias`, when given, each of `c` elements.
 fn affine(n: &Node, c: usize) -> R<[Option<HostTensor>; 2]> {
-    let get = |name: &str| -> R<Option<HostTensor>> {
-        match n.node.arg(name) {
-            Some(Arg::Tensor(_)) => {
-                let t = n.tensor(name)?;
-                if t.shape != [c] {
-                    return fail(format!("{name} of shape {:?} for {c} channels", t.shape));
-                }
-                Ok(Some(t))
-            }
-            _ => Ok(None),
-        }
-    };
-    Ok([get("weight")?, get("bias")?])
+    Ok([channel(n, "weight", c)?, channel(n, "bias", c)?])
 }
 
 /// Normalizes `x` (shape `[N, C, …]`) where `set(i)` names the statistics set of flat element

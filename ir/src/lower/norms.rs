@@ -1,10 +1,12 @@
-//! Normalizations whose statistics come from the data of several dimensions: `native_group_norm`
-//! (per sample and group of channels) and `_native_batch_norm_legit.no_stats` in training mode
-//! (per channel over the batch and space: what `InstanceNorm` exports as, on a `[1, N·C, …]`
-//! view). Both: the mean, then the biased variance of the deviations (two passes, as the layer
-//! norm), `rstd = rsqrt(var + eps)`, the per-channel affine, rounded once to the input's dtype.
+//! Statistics of normalizations over the data ([`standardize`]: the mean, then the biased
+//! variance of the deviations in a second pass, `rstd = rsqrt(var + eps)`), used by the layer and
+//! RMS norms (`ops.rs`) and here by `native_group_norm` (per sample and group of channels) and
+//! `_native_batch_norm_legit.no_stats` in training mode (per channel over the batch and space:
+//! what `InstanceNorm` exports as, on a `[1, N·C, …]` view), whose per-channel affine is rounded
+//! once to the input's dtype.
 
 use super::ops::{map, msg, number, tensor};
+use super::pool::float;
 use super::promote::compute_dtype;
 use super::views::view;
 use super::{LTensor, Lowerer, NodeError};
@@ -14,28 +16,34 @@ use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
 
-/// `(x − mean) · rstd` in the compute dtype, with the mean and rstd (kept dimensions) over
-/// `dims`.
-fn standardize(
+/// `(x − mean) · rstd` in the compute dtype, with the mean and `rstd = rsqrt(var + eps)` (kept
+/// dimensions) over `dims`; without `center`, RMS statistics: `x · rsqrt(mean(x²) + eps)` and no
+/// mean. Shared by the layer, RMS, group and instance norms.
+pub(super) fn standardize(
     l: &mut Lowerer,
     n: &GraphNode,
     x: &LTensor,
     dims: &[usize],
     eps: f64,
-) -> R<(LTensor, LTensor, LTensor)> {
+    center: bool,
+) -> R<(LTensor, Option<LTensor>, LTensor)> {
     let cd = compute_dtype(x.dtype);
     let count = dims.iter().fold(l.env.pool_mut().one(), |acc, &d| {
         l.env.pool_mut().mul(acc, x.sizes[d])
     });
-    let sum = l.reduction(x, dims, true, ReductionKind::Sum, cd, &n.name);
-    let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
-        let d = c.body.cast(v[1], c.body.dtype(v[0]));
-        c.body.binary(BinaryOp::Div, v[0], d)
-    })?;
-    let mean = l.realize(mean, &n.name);
-    let centered = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
-        c.body.binary(BinaryOp::Sub, v[0], v[1])
-    })?;
+    let (centered, mean) = if center {
+        let sum = l.reduction(x, dims, true, ReductionKind::Sum, cd, &n.name);
+        let mean = map(l, &[sum, number(Scalar::Int(count))], cd, cd, |c, v| {
+            c.body.binary(BinaryOp::Div, v[0], v[1])
+        })?;
+        let mean = l.realize(mean, &n.name);
+        let centered = map(l, &[x.clone(), mean.clone()], cd, cd, |c, v| {
+            c.body.binary(BinaryOp::Sub, v[0], v[1])
+        })?;
+        (centered, Some(mean))
+    } else {
+        (x.clone(), None)
+    };
     let sq = map(l, std::slice::from_ref(&centered), cd, cd, |c, v| {
         c.body.binary(BinaryOp::Mul, v[0], v[0])
     })?;
@@ -52,19 +60,6 @@ fn standardize(
         c.body.binary(BinaryOp::Mul, v[0], v[1])
     })?;
     Ok((out, mean, rstd))
-}
-
-fn eps_arg(l: &Lowerer, n: &GraphNode) -> R<f64> {
-    match n.arg("eps") {
-        Some(Arg::Float(f)) => Ok(*f),
-        Some(Arg::Int(e)) => l
-            .env
-            .pool()
-            .as_const(*e)
-            .map(|v| v as f64)
-            .ok_or_else(|| NodeError::Message("argument 'eps' must be a constant".into())),
-        other => msg(format!("argument 'eps': expected a float, found {other:?}")),
-    }
 }
 
 /// `out · weight[c] + bias[c]` over channel dimension 1 of `out` (rank `rank`), rounded to `dtype`.
@@ -115,7 +110,7 @@ pub(super) fn group_norm(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     }
     .filter(|&g| g > 0)
     .ok_or_else(|| NodeError::Message("argument 'group' must be a positive constant".into()))?;
-    let eps = eps_arg(l, n)?;
+    let eps = float(l, n, "eps")?;
     let (batch, channels) = (x.sizes[0], x.sizes[1]);
     let per_group = match l.env.pool().as_const(channels) {
         Some(c) if c % groups == 0 => c / groups,
@@ -130,7 +125,8 @@ pub(super) fn group_norm(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     let g = pool.constant(groups);
     let sizes = x.sizes.clone();
     let grouped = view(l, x, &[batch, g, rest])?;
-    let (out, mean, rstd) = standardize(l, n, &grouped, &[2], eps)?;
+    let (out, mean, rstd) = standardize(l, n, &grouped, &[2], eps, true)?;
+    let mean = mean.expect("centered statistics have a mean");
     let out = view(l, out, &sizes)?;
     let out = affine(l, n, out, dtype)?;
     let cd = compute_dtype(dtype);
@@ -151,10 +147,11 @@ pub(super) fn batch_norm_batch_stats(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LT
         return msg("without running statistics, batch norm needs training=True");
     }
     let dtype = x.dtype;
-    let eps = eps_arg(l, n)?;
+    let eps = float(l, n, "eps")?;
     let dims: Vec<usize> = (0..x.sizes.len()).filter(|&d| d != 1).collect();
     let channels: Expr = x.sizes[1];
-    let (out, mean, rstd) = standardize(l, n, &x, &dims, eps)?;
+    let (out, mean, rstd) = standardize(l, n, &x, &dims, eps, true)?;
+    let mean = mean.expect("centered statistics have a mean");
     let out = affine(l, n, out, dtype)?;
     let cd = compute_dtype(dtype);
     let stat = |l: &mut Lowerer, t: LTensor| -> R<LTensor> {
