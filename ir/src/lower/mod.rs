@@ -22,8 +22,8 @@ use thiserror::Error;
 
 use crate::graph::{Arg, DType, Graph, Producer, TensorRef};
 use crate::loop_ir::{
-    Body, BodyBuilder, Buffer, BufferId, BufferKind, Layout, Loops, Program, ReductionKind,
-    ValueId, WriteBack,
+    Body, BodyBuilder, Buffer, BufferId, BufferKind, Constant, Layout, Loops, Program,
+    ReductionKind, ValueId, WriteBack,
 };
 use crate::sym::{Expr, ShapeEnv};
 
@@ -417,6 +417,9 @@ impl<'g> Lowerer<'g> {
                 out_sizes.push(self.env.pool_mut().one());
             }
         }
+        if dims.iter().all(|&d| self.provably_one(t.sizes[d])) {
+            return unit_reduction(self, t, dims, keepdim, kind, acc, out_sizes);
+        }
         let vars = self.index_vars("x", &out_sizes);
         let rsizes: Vec<Expr> = dims.iter().map(|&d| t.sizes[d]).collect();
         let rvars = self.index_vars("r", &rsizes);
@@ -453,6 +456,12 @@ impl<'g> Lowerer<'g> {
             reduction: Some((kind, rsizes, rvars)),
         };
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
+    }
+
+    fn provably_one(&mut self, s: Expr) -> bool {
+        let one = self.env.pool_mut().one();
+        let c = self.env.pool_mut().eq(s, one);
+        s == one || self.env.statically_known_true(c)
     }
 
     /// A new contiguous buffer computed as `kind`, read back as a tensor.
@@ -542,4 +551,41 @@ impl From<String> for NodeError {
     fn from(m: String) -> Self {
         NodeError::Message(m)
     }
+}
+
+/// A reduction over dimensions that are all provably of size 1 (or over none) is the one element it reduces
+/// (position 0 for an arg-reduction), in the result's dtype: a pointwise tensor that fuses like
+/// any other, not a kernel with rows of length 1.
+fn unit_reduction(
+    l: &mut Lowerer,
+    t: &LTensor,
+    dims: &[usize],
+    keepdim: bool,
+    kind: ReductionKind,
+    acc: DType,
+    out_sizes: Vec<Expr>,
+) -> LTensor {
+    let zero = l.env.pool_mut().zero();
+    let rank = t.sizes.len();
+    let dims = dims.to_vec();
+    let inner = t.loader.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        if matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin) {
+            return c.body.constant(Constant::Int(0), acc);
+        }
+        let mut src = Vec::with_capacity(rank);
+        let mut vi = 0;
+        for k in 0..rank {
+            if dims.contains(&k) {
+                src.push(zero);
+                vi += usize::from(keepdim);
+            } else {
+                src.push(idx[vi]);
+                vi += 1;
+            }
+        }
+        let v = inner(c, &src);
+        c.body.cast(v, acc)
+    });
+    LTensor::lazy(acc, out_sizes, loader)
 }

@@ -413,6 +413,32 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "i"}, "dim": [-1], "keepdim": true}"#,
     ),
     ("aten.any.dim", r#"{"self": {"tensor": "m"}, "dim": 1}"#),
+    // Reductions over a dimension of size 1 (LeViT's last attention: one key) are the element.
+    (
+        "aten._softmax.default",
+        r#"{"self": {"tensor": "o"}, "dim": 1, "half_to_float": false}"#,
+    ),
+    (
+        "aten._log_softmax.default",
+        r#"{"self": {"tensor": "o"}, "dim": -2, "half_to_float": false}"#,
+    ),
+    (
+        "aten.sum.dim_IntList",
+        r#"{"self": {"tensor": "o"}, "dim": [1]}"#,
+    ),
+    (
+        "aten.argmax.default",
+        r#"{"self": {"tensor": "o"}, "dim": 1, "keepdim": true}"#,
+    ),
+    (
+        "aten.prod.dim_int",
+        r#"{"self": {"tensor": "o"}, "dim": 1}"#,
+    ),
+    ("aten.any.dim", r#"{"self": {"tensor": "o"}, "dim": 1}"#),
+    (
+        "aten.var.correction",
+        r#"{"self": {"tensor": "o"}, "dim": [1], "correction": 0, "keepdim": true}"#,
+    ),
     (
         "aten.cumsum.default",
         r#"{"self": {"tensor": "x"}, "dim": 0}"#,
