@@ -132,3 +132,42 @@ template <typename T> __device__ __forceinline__ void gl_block_scan(T* s, int n)
     __syncthreads();
   }
 }
+// The same with an associative `op` (earlier operand first) in place of the sum.
+template <typename T, typename Op> __device__ __forceinline__ void gl_block_scan(T* s, int n, Op op) {
+  __syncthreads();
+  for (int o = 1; o < n; o <<= 1) {
+    const bool has = (int)threadIdx.x >= o;
+    const T t = has ? s[threadIdx.x - o] : s[threadIdx.x];
+    __syncthreads();
+    if (has) s[threadIdx.x] = op(t, s[threadIdx.x]);
+    __syncthreads();
+  }
+}
+
+// The scans' combining steps (`a` the earlier), on the wide types a scan keeps (double, long
+// long). Each is associative, so a tree gives a thread's result; NaN propagates. A running
+// maximum or minimum is the last element that reaches it (a later equal one, -0.0 after 0.0 say,
+// takes over; a later NaN too), as ATen's cummax/cummin keep it.
+struct GlScanSum {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct GlScanProd {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
+};
+struct GlScanMax {
+  __device__ __forceinline__ long long operator()(long long a, long long b) const { return b >= a ? b : a; }
+  __device__ __forceinline__ double operator()(double a, double b) const { return (b != b || (a == a && b >= a)) ? b : a; }
+};
+struct GlScanMin {
+  __device__ __forceinline__ long long operator()(long long a, long long b) const { return b <= a ? b : a; }
+  __device__ __forceinline__ double operator()(double a, double b) const { return (b != b || (a == a && b <= a)) ? b : a; }
+};
+// log(exp(a) + exp(b)); equal infinities stay as they are.
+struct GlScanLogSumExp {
+  __device__ __forceinline__ double operator()(double a, double b) const {
+    if (a != a || b != b) return a != a ? a : b;
+    const double lo = a < b ? a : b, hi = a < b ? b : a;
+    if (lo == hi && lo * 0.0 != 0.0) return lo;
+    return hi + log1p(exp(lo - hi));
+  }
+};

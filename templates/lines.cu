@@ -1,5 +1,5 @@
 {%- macro scan_tile(acc, zero, items, threads, input, out, store) %}
-    // The tile at gl_t0: each thread sums its run of {{ items }} in order, the runs' totals are
+    // The tile at gl_t0: each thread combines its run of {{ items }} in order, the runs' totals are
     // scanned across the block (the tile's total is then gl_s[{{ threads }} - 1]){% if store %}, and each
     // element is stored as gl_carry (the earlier tiles), the earlier runs, its run so far{% endif %}.
     {
@@ -9,28 +9,28 @@
 #pragma unroll
       for (int gl_k = 0; gl_k < {{ items }}; ++gl_k) {
         const long long gl_j = gl_j0 + gl_k;
-        if (gl_j < gl_len) gl_sum += ({{ acc }})gl_ld({{ input }}, gl_base + gl_j * gl_inner);
+        if (gl_j < gl_len) gl_sum = {{ op }}()(gl_sum, ({{ acc }})gl_ld({{ input }}, gl_base + gl_j * gl_inner));
         gl_run[gl_k] = gl_sum;
       }
       gl_s[threadIdx.x] = gl_sum;
-      gl_block_scan(gl_s, {{ threads }});
+      gl_block_scan(gl_s, {{ threads }}, {{ op }}());
 {%- if store %}
-      const {{ acc }} gl_before = threadIdx.x == 0 ? gl_carry : gl_carry + gl_s[threadIdx.x - 1];
+      const {{ acc }} gl_before = threadIdx.x == 0 ? gl_carry : {{ op }}()(gl_carry, gl_s[threadIdx.x - 1]);
 #pragma unroll
       for (int gl_k = 0; gl_k < {{ items }}; ++gl_k) {
         const long long gl_j = gl_j0 + gl_k;
-        if (gl_j < gl_len) gl_st_sum({{ out }}, gl_base + gl_j * gl_inner, gl_before + gl_run[gl_k]);
+        if (gl_j < gl_len) gl_st_sum({{ out }}, gl_base + gl_j * gl_inner, {{ op }}()(gl_before, gl_run[gl_k]));
       }
 {%- endif %}
     }
 {%- endmacro scan_tile -%}
 // {{ name }}: {{ nodes }}
 {%- if mode == "scan" %}
-// scan: running sums along each line, a thread per line, kept in {{ acc }} and each rounded once to the stored type
+// scan: running {{ what }} along each line, a thread per line, kept in {{ acc }} and each rounded once to the stored type
 {%- elif mode == "scan_block" %}
-// scan: running sums along each line, a block per line: tiles of {{ threads }} runs of {{ items }} in order, each run summed by its thread, the runs' totals scanned across the block; sums kept in {{ acc }} and each rounded once to the stored type
+// scan: running {{ what }} along each line, a block per line: tiles of {{ threads }} runs of {{ items }} in order, each run combined by its thread, the runs' totals scanned across the block; kept in {{ acc }} and each rounded once to the stored type
 {%- elif mode == "scan_tiles" %}
-// scan: running sums along each line, a block per tile of {{ threads * items }} of a line, launched 3 times (gl_phase): each tile's total; a block per line, the totals' exclusive sums; each tile scanned (runs of {{ items }} summed by their threads, the runs' totals scanned across the block) after its tiles' sum; sums kept in {{ acc }} and each rounded once to the stored type
+// scan: running {{ what }} along each line, a block per tile of {{ threads * items }} of a line, launched 3 times (gl_phase): each tile's total; a block per line, the totals' exclusive scan; each tile scanned (runs of {{ items }} combined by their threads, the runs' totals scanned across the block) after what comes before it; kept in {{ acc }} and each rounded once to the stored type
 {%- else %}
 // sort: the first {{ keep }} of each line in {% if descending %}descending{% else %}ascending{% endif %} order (stable, NaN above every number), {% if indices %}their positions{% else %}their values{% endif %}; a thread per line
 {%- endif %}
@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_base = (gl_line / gl_inner) * gl_len * gl_inner + gl_line % gl_inner;
   __shared__ {{ acc }} gl_s[{{ threads }}];
 {%- if mode == "scan_tiles" %}
-  // Each tile's total, then what comes before it (-0.0 before the first: its first element is
+  // Each tile's total, then what comes before it (the identity before the first: its first element is
   // stored as it is).
   {{ acc }}* gl_before_tile = reinterpret_cast<{{ acc }}*>(gl_work_bytes) + gl_line * gl_tiles;
   if (gl_phase == 0) {
@@ -49,15 +49,15 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ self::scan_tile(acc=acc, zero=zero, items=items, threads=threads, input=input, out=out, store=false) }}
     if (threadIdx.x == 0) gl_before_tile[gl_tile] = gl_s[{{ threads }} - 1];
   } else if (gl_phase == 1) {
-    // The line's block (its first tile's): exclusive sums of the tiles' totals, {{ threads }} at a time.
+    // The line's block (its first tile's): the exclusive scan of the tiles' totals, {{ threads }} at a time.
     if (gl_tile != 0) return;
     {{ acc }} gl_carry = {{ zero }};
     for (long long gl_c0 = 0; gl_c0 < gl_tiles; gl_c0 += {{ threads }}) {
       const long long gl_t = gl_c0 + threadIdx.x;
       gl_s[threadIdx.x] = gl_t < gl_tiles ? gl_before_tile[gl_t] : {{ zero }};
-      gl_block_scan(gl_s, {{ threads }});
-      if (gl_t < gl_tiles) gl_before_tile[gl_t] = threadIdx.x == 0 ? gl_carry : gl_carry + gl_s[threadIdx.x - 1];
-      gl_carry += gl_s[{{ threads }} - 1];
+      gl_block_scan(gl_s, {{ threads }}, {{ op }}());
+      if (gl_t < gl_tiles) gl_before_tile[gl_t] = threadIdx.x == 0 ? gl_carry : {{ op }}()(gl_carry, gl_s[threadIdx.x - 1]);
+      gl_carry = {{ op }}()(gl_carry, gl_s[{{ threads }} - 1]);
       __syncthreads();
     }
   } else {
@@ -66,11 +66,11 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ self::scan_tile(acc=acc, zero=zero, items=items, threads=threads, input=input, out=out, store=true) }}
   }
 {%- else %}
-  // -0.0 + x is x, bit for bit: the first element is stored as it is.
+  // The identity combined with x is x, bit for bit: the first element is stored as it is.
   {{ acc }} gl_carry = {{ zero }};
   for (long long gl_t0 = 0; gl_t0 < gl_len; gl_t0 += {{ threads * items }}) {
 {{ self::scan_tile(acc=acc, zero=zero, items=items, threads=threads, input=input, out=out, store=true) }}
-    gl_carry += gl_s[{{ threads }} - 1];
+    gl_carry = {{ op }}()(gl_carry, gl_s[{{ threads }} - 1]);
     __syncthreads();
   }
 {%- endif %}
@@ -85,11 +85,11 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_o = gl_line / gl_inner;
   const long long gl_i = gl_line % gl_inner;
 {%- if mode == "scan" %}
-  // -0.0 + x is x, bit for bit: the first element is stored as it is.
+  // The identity combined with x is x, bit for bit: the first element is stored as it is.
   {{ acc }} gl_acc = {{ zero }};
   for (long long gl_j = 0; gl_j < gl_len; ++gl_j) {
     const long long gl_at = (gl_o * gl_len + gl_j) * gl_inner + gl_i;
-    gl_acc += ({{ acc }})gl_ld({{ input }}, gl_at);
+    gl_acc = {{ op }}()(gl_acc, ({{ acc }})gl_ld({{ input }}, gl_at));
     gl_st_sum({{ out }}, gl_at, gl_acc);
   }
 {%- else %}

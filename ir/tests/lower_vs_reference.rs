@@ -73,6 +73,16 @@ fn ops_with_several_outputs_match_the_reference() {
             r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
         ),
         (
+            "aten.cummax.default",
+            r#"{"self": {"tensor": "i"}, "dim": 0}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
+            "aten.cummin.default",
+            r#"{"self": {"tensor": "h"}, "dim": -1}"#,
+            r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+        ),
+        (
             "aten.sort.default",
             r#"{"self": {"tensor": "i"}, "dim": 0, "descending": true}"#,
             r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,

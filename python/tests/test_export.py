@@ -337,6 +337,24 @@ class ExportTest(unittest.TestCase):
         for shape in [(6, 9), (4, 8), (17, 40)]:
             assert_runs_like_torch(self, e, Views(), [torch.randn(*shape)], rtol=1e-5, atol=1e-5)
 
+    def test_scans(self):
+        # Running products, log-sum-exps (a sequence model's log-space recurrence) and running
+        # extremes with their positions, over a symbolic length; ties from rounding, so that a
+        # later equal value takes the position over as in ATen.
+        class Scans(torch.nn.Module):
+            def forward(self, x):
+                values, indices = torch.cummax(x.round(), 1)
+                low, where = torch.cummin(x, 0)
+                return (torch.cumprod(1 + x / 8, 1), torch.logcumsumexp(x, 1), values, indices,
+                        low, where, torch.cumprod(x.round().long(), 0))
+
+        e = guardless.export(Scans(), (torch.randn(3, 40),),
+                             dynamic_shapes={"x": {1: torch.export.Dim("n", min=2, max=4096)}})
+        self.assertLessEqual({"aten.cumprod.default", "aten.logcumsumexp.default", "aten.cummax.default",
+                              "aten.cummin.default"}, {n["op"] for n in e.graph["nodes"]})
+        for n in [2, 40, 3000]:
+            assert_runs_like_torch(self, e, Scans(), [torch.randn(3, n)], rtol=1e-5, atol=1e-5)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

@@ -179,6 +179,35 @@ fn scatters_match_the_reference() {
 }
 
 #[test]
+fn running_extremes_and_their_positions_match_the_reference() {
+    // Integers in [-3, 7): ties everywhere, and a later equal value takes the position over.
+    for (k, (input, dim)) in [("i", 0), ("i", -1), ("x", 0), ("h", 1), ("z", 1)]
+        .into_iter()
+        .enumerate()
+    {
+        for op in ["aten.cummax.default", "aten.cummin.default"] {
+            let args = format!(r#"{{"self": {{"tensor": "{input}"}}, "dim": {dim}}}"#);
+            let g = differential::one_op_outputs(
+                op,
+                &args,
+                r#"{"tensor": "out", "index": 0}, {"tensor": "out", "index": 1}"#,
+            );
+            let what = format!("{op} {args}");
+            let compared = check(
+                &what,
+                &g,
+                "u0",
+                &[0, 1, 2, 7, 257],
+                k as u64,
+                false,
+                (-3, 7),
+            );
+            assert_eq!(compared, 5, "{what}");
+        }
+    }
+}
+
+#[test]
 fn a_data_dependent_error_names_the_buffer() {
     // An embedding lookup with an index past the table: a clean error, not a wild read.
     let g = one_op(

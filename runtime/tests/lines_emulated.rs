@@ -1,4 +1,4 @@
-//! `cumsum`, `sort` and `topk` on the device (`codegen::cuda::lines`), run on the CPU emulation of
+//! Scans (`cumsum`, `cumprod`, `cummax`, `cummin`, `logcumsumexp`), `sort` and `topk` on the device (`codegen::cuda::lines`), run on the CPU emulation of
 //! CUDA and compared with the reference executor: bit for bit where a thread walks each line in
 //! the host's order, or for long sorts a block per line sorting by radix; within a last place
 //! for the block-per-line scan of few or long lines. Dimensions first, middle and last; ties,
@@ -92,103 +92,152 @@ fn exact(what: &str, dev: &mut Emu, exe: &Executable, g: &Graph, x: &HostTensor)
     host_steps
 }
 
+/// The scans of `node_op` (both outputs of cummax/cummin) along `dim` of `x`.
+fn scan_graph(dtype: &str, shape: &str, op: &str, dim: i64) -> Graph {
+    let two = op.starts_with("aten.cumm");
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "scan",
+        "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+        "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": {shape}}}],
+        "nodes": [{{"name": "c", "op": "{op}", "args": {{"self": {{"tensor": "x"}}, "dim": {dim}}}}}],
+        "outputs": [{}]}}"#,
+        if two {
+            r#"{"tensor": "c", "index": 0}, {"tensor": "c", "index": 1}"#
+        } else {
+            r#"{"tensor": "c"}"#
+        }
+    ))
+    .unwrap_or_else(|e| panic!("{op}: {e}"))
+}
+
+const SCANS: [&str; 5] = [
+    "aten.cumsum.default",
+    "aten.cumprod.default",
+    "aten.cummax.default",
+    "aten.cummin.default",
+    "aten.logcumsumexp.default",
+];
+
 #[test]
-fn cumsum_matches_the_host_bit_for_bit() {
-    for dtype in ["f32", "bf16", "f16", "i64", "i32"] {
-        for dim in [0, 1, -1] {
-            let g = graph(
-                dtype,
-                &format!(
-                    r#"{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": {dim}}}}}"#
-                ),
-                r#"[{"tensor": "c"}]"#,
-            );
-            let exe = Executable::new(lower(&g).unwrap()).unwrap();
-            let mut dev = Emu::new("cumsum", &exe);
-            for (seed, n) in [(1, 0), (2, 1), (3, 300)] {
-                let x = awkward(g.inputs[0].dtype, n, seed);
-                let what = format!("cumsum {dtype} dim {dim} n {n}");
-                assert_eq!(
-                    exact(&what, &mut dev, &exe, &g, &x),
-                    0,
-                    "{what}: on the host"
-                );
+fn scans_match_the_host_bit_for_bit() {
+    // A thread per line, in the host's order: every scan kind, NaN, -0.0 beside 0.0 and ties.
+    for op in SCANS {
+        for dtype in ["f32", "bf16", "f16", "i64", "i32"] {
+            if op.contains("logcumsumexp") && !dtype.starts_with('f') && dtype != "bf16" {
+                continue;
+            }
+            for dim in [0, 1, -1] {
+                let g = scan_graph(dtype, r#"["n", 4, 3]"#, op, dim);
+                let exe = Executable::new(lower(&g).unwrap()).unwrap();
+                let mut dev = Emu::new("scan", &exe);
+                for (seed, n) in [(1, 0), (2, 1), (3, 300)] {
+                    let x = awkward(g.inputs[0].dtype, n, seed);
+                    let what = format!("{op} {dtype} dim {dim} n {n}");
+                    assert_eq!(
+                        exact(&what, &mut dev, &exe, &g, &x),
+                        0,
+                        "{what}: on the host"
+                    );
+                }
             }
         }
     }
 }
 
 #[test]
-fn few_or_long_cumsum_lines_run_a_block_each_or_a_block_a_tile() {
+fn few_or_long_scan_lines_run_a_block_each_or_a_block_a_tile() {
     // Two lines of 5000 (three tiles of 2048, the last partial) along the last dimension, and
     // three of 700 an inner stride apart: a block per line; two of 9000 (five tiles): a block
-    // per tile, in three launches. The same sums in another order — integers exact, floats
-    // within a last place of the output (or the double sums' own error).
-    for dtype in ["f64", "f32", "bf16", "f16", "i64", "i32"] {
-        for (shape, dim, n, part, launches) in [
-            (r#"[2, "n"]"#, -1, 5000usize, "_block", 1),
-            (r#"["n", 3]"#, 0, 700, "_block", 1),
-            (r#"[2, "n"]"#, -1, 9000, "_tiled", 3),
-        ] {
-            let g = Graph::from_json(&format!(
-                r#"{{"format": "guardless-graph", "version": 1, "name": "long_cumsum",
-                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
-                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": {shape}}}],
-                "nodes": [{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": {dim}}}}}],
-                "outputs": [{{"tensor": "c"}}]}}"#
-            ))
-            .unwrap();
-            let exe = Executable::new(lower(&g).unwrap()).unwrap();
-            let mut dev = Emu::new("long_cumsum", &exe);
-            let mut b = Bindings::new();
-            b.set(g.env.symbol_id("n").unwrap(), n as i64);
-            let inputs = random_inputs(&g, &b, 11, (-1000, 1000));
-            let want = reference::run(&g, &inputs, &b).unwrap();
-            let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
-            let what = format!("cumsum {dtype} {shape} dim {dim}");
-            assert_eq!(host_steps, 0, "{what}");
-            // (Besides the kernel realizing the scan's input.)
-            let ran: Vec<_> = dev
-                .launched
-                .iter()
-                .filter(|f| f.starts_with("scan_"))
-                .collect();
-            assert!(
-                ran.len() == launches && ran.iter().all(|f| f.ends_with(part)),
-                "{what}: {:?}",
-                dev.launched
-            );
-            let (out, x) = (&got[0], &inputs[0]);
-            assert_eq!(out.shape, want[0].shape, "{what}");
-            // Each element's line position and the magnitude of the terms summed so far.
-            let (len, inner) = if dim == 0 { (n, 3) } else { (n, 1) };
-            let mut magnitude = vec![0.0f64; x.numel()];
-            for k in 0..x.numel() {
-                let before = if (k / inner) % len > 0 {
-                    magnitude[k - inner]
-                } else {
-                    0.0
-                };
-                magnitude[k] = before + x.get_f64(k).abs();
+    // per tile, in three launches. The same combinations in another order — integers, maxima and
+    // minima exact; floats within a last place of the output (or the doubles' own error).
+    for op in SCANS {
+        let product = op.contains("cumprod");
+        let extreme = op.starts_with("aten.cumm");
+        for dtype in ["f64", "f32", "bf16", "f16", "i64", "i32"] {
+            if op.contains("logcumsumexp") && !dtype.starts_with('f') && dtype != "bf16" {
+                continue;
             }
-            let bits = match out.dtype {
-                DType::F64 => 53,
-                DType::F32 => 24,
-                DType::F16 => 11,
-                DType::BF16 => 8,
-                _ => 64,
-            };
-            for (k, m) in magnitude.iter().enumerate() {
-                let (a, w) = (out.get_f64(k), want[0].get_f64(k));
-                let slack = if bits == 64 {
-                    0.0
-                } else {
-                    w.abs() * 2f64.powi(1 - bits) + m * 2f64.powi(-50)
-                };
+            for (shape, dim, n, part, launches) in [
+                (r#"[2, "n"]"#, -1, 5000usize, "_block", 1),
+                (r#"["n", 3]"#, 0, 700, "_block", 1),
+                (r#"[2, "n"]"#, -1, 9000, "_tiled", 3),
+            ] {
+                let g = scan_graph(dtype, shape, op, dim);
+                let exe = Executable::new(lower(&g).unwrap()).unwrap();
+                let mut dev = Emu::new("long_scan", &exe);
+                let mut b = Bindings::new();
+                b.set(g.env.symbol_id("n").unwrap(), n as i64);
+                // Products of integers in [-1, 2) stay exact (and wrap alike); of floats near 1,
+                // finite.
+                let ints = if product { (-1, 2) } else { (-1000, 1000) };
+                let mut inputs = random_inputs(&g, &b, 11, ints);
+                if product && g.inputs[0].dtype.is_float() {
+                    let x = &inputs[0];
+                    let v: Vec<f64> = (0..x.numel()).map(|i| 1.0 + x.get_f64(i) / 256.0).collect();
+                    inputs[0] = HostTensor::from_f64(x.dtype, &x.shape, &v);
+                }
+                let want = reference::run(&g, &inputs, &b).unwrap();
+                let (got, host_steps, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+                let what = format!("{op} {dtype} {shape} dim {dim}");
+                assert_eq!(host_steps, 0, "{what}");
+                // (Besides the kernels realizing the scans' inputs.) cummax/cummin scan twice:
+                // the values, then the positions.
+                let ran: Vec<_> = dev
+                    .launched
+                    .iter()
+                    .filter(|f| f.starts_with("scan_"))
+                    .collect();
+                let scans = if extreme { 2 } else { 1 };
                 assert!(
-                    (a - w).abs() <= slack,
-                    "{what}: element {k}: {a} vs reference {w}"
+                    ran.len() == scans * launches && ran.iter().all(|f| f.ends_with(part)),
+                    "{what}: {:?}",
+                    dev.launched
                 );
+                let (out, x) = (&got[0], &inputs[0]);
+                assert_eq!(out.shape, want[0].shape, "{what}");
+                if extreme {
+                    for (o, w) in got.iter().zip(&want) {
+                        for k in 0..w.numel() {
+                            let (a, c) = (o.get_f64(k), w.get_f64(k));
+                            assert!(
+                                a.to_bits() == c.to_bits(),
+                                "{what}: element {k}: {a} vs reference {c}"
+                            );
+                        }
+                    }
+                    continue;
+                }
+                // Each element's line position and the magnitude of the terms so far.
+                let (len, inner) = if dim == 0 { (n, 3) } else { (n, 1) };
+                let mut magnitude = vec![0.0f64; x.numel()];
+                for k in 0..x.numel() {
+                    let before = if (k / inner) % len > 0 {
+                        magnitude[k - inner]
+                    } else {
+                        0.0
+                    };
+                    magnitude[k] = before + x.get_f64(k).abs();
+                }
+                let bits = match out.dtype {
+                    DType::F64 => 53,
+                    DType::F32 => 24,
+                    DType::F16 => 11,
+                    DType::BF16 => 8,
+                    _ => 64,
+                };
+                for (k, m) in magnitude.iter().enumerate() {
+                    let (a, w) = (out.get_f64(k), want[0].get_f64(k));
+                    let slack = match (bits, product) {
+                        (64, _) => 0.0,
+                        // Each of up to n roundings of the doubles' products.
+                        (_, true) => w.abs() * (2f64.powi(1 - bits) + n as f64 * 2f64.powi(-52)),
+                        _ => w.abs() * 2f64.powi(1 - bits) + m * 2f64.powi(-50),
+                    };
+                    assert!(
+                        (a - w).abs() <= slack,
+                        "{what}: element {k}: {a} vs reference {w}"
+                    );
+                }
             }
         }
     }

@@ -28,12 +28,15 @@
 //! `templates/radix.cu`.
 
 use guardless_ir::graph::DType;
-use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
+use guardless_ir::loop_ir::{BufferId, BufferKind, Program, ScanKind};
 use guardless_ir::sym::{CPrinter, Expr};
 use tera::Tera;
 
 use super::library::{c_of, context, parameters, with_workspace};
 use super::{hoist, Param, Part};
+
+const INF: &str = "__longlong_as_double(0x7ff0000000000000LL)";
+const NEG_INF: &str = "(-__longlong_as_double(0x7ff0000000000000LL))";
 
 /// Threads per block; a thread per line.
 pub const THREADS: i64 = 256;
@@ -117,15 +120,20 @@ pub(super) fn render(
     pointers: &[String],
 ) -> Vec<(Part, String, Vec<Param>)> {
     let buf = p.buffers[id.index()].clone();
-    let (input, dim, sort) = match &buf.kind {
-        BufferKind::Scan { input, dim } => (*input, *dim, None),
+    let (input, dim, sort, scan) = match &buf.kind {
+        BufferKind::Scan { input, dim, kind } => (*input, *dim, None, *kind),
         BufferKind::Sort {
             input,
             dim,
             descending,
             take,
             indices,
-        } => (*input, *dim, Some((*descending, *take, *indices))),
+        } => (
+            *input,
+            *dim,
+            Some((*descending, *take, *indices)),
+            ScanKind::Sum,
+        ),
         _ => panic!("{} is neither a scan nor a sort", buf.name),
     };
     let printer = CPrinter::cuda("long long", "i64");
@@ -158,15 +166,26 @@ pub(super) fn render(
     ctx.insert("keep", &keep_c);
     ctx.insert("out", &pointers[id.index()]);
     ctx.insert("input", &pointers[input.index()]);
-    // Sums kept wide and rounded once each: per-addition rounding loses a long bf16 line's small
-    // terms altogether.
-    let (acc, zero) = if buf.dtype.is_float() {
-        ("double", "-0.0")
-    } else {
-        ("long long", "0")
+    // Kept wide and rounded once each: per-addition rounding loses a long bf16 line's small terms
+    // altogether.
+    let float = buf.dtype.is_float();
+    let acc = if float { "double" } else { "long long" };
+    // The identity, which combined with the first element gives it bit for bit.
+    let (op, zero, what) = match (scan, float) {
+        (ScanKind::Sum, true) => ("GlScanSum", "-0.0", "sums"),
+        (ScanKind::Sum, false) => ("GlScanSum", "0", "sums"),
+        (ScanKind::Prod, true) => ("GlScanProd", "1.0", "products"),
+        (ScanKind::Prod, false) => ("GlScanProd", "1", "products"),
+        (ScanKind::Max, true) => ("GlScanMax", NEG_INF, "maxima"),
+        (ScanKind::Max, false) => ("GlScanMax", "(-9223372036854775807LL - 1)", "maxima"),
+        (ScanKind::Min, true) => ("GlScanMin", INF, "minima"),
+        (ScanKind::Min, false) => ("GlScanMin", "9223372036854775807LL", "minima"),
+        (ScanKind::LogSumExp, _) => ("GlScanLogSumExp", NEG_INF, "log-sum-exps"),
     };
     ctx.insert("acc", acc);
     ctx.insert("zero", zero);
+    ctx.insert("op", op);
+    ctx.insert("what", what);
     ctx.insert("items", &SCAN_ITEMS);
     let render = |ctx: &tera::Context| {
         tera.render("lines.cu", ctx)

@@ -109,7 +109,9 @@ impl Schedule {
                             inputs.iter().map(|&i| name(i)).collect(),
                         ),
                         BufferKind::Sort { input, .. } => ("sort".into(), vec![name(*input)]),
-                        BufferKind::Scan { input, .. } => ("cumsum".into(), vec![name(*input)]),
+                        BufferKind::Scan { input, kind, .. } => {
+                            (kind.name().into(), vec![name(*input)])
+                        }
                         BufferKind::Item { input, .. } => ("item".into(), vec![name(*input)]),
                         BufferKind::Select { input, mask, .. } => (
                             "select".into(),

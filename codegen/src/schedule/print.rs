@@ -35,7 +35,7 @@ impl Schedule {
                             format!("extern {}({})", kernel.name(), args.join(", "))
                         }
                         BufferKind::Sort { .. } => "sort".into(),
-                        BufferKind::Scan { .. } => "cumsum".into(),
+                        BufferKind::Scan { kind, .. } => kind.name().into(),
                         BufferKind::Select { mask: None, .. } => "nonzero".into(),
                         BufferKind::Select { .. } => "masked_select".into(),
                         BufferKind::Scatter { accumulate, .. } => if *accumulate {

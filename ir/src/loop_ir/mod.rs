@@ -134,6 +134,32 @@ impl ReductionKind {
     }
 }
 
+/// What a scan combines along its lines. Every kind is associative, so a device may combine a line
+/// in a tree; NaN propagates through each. A running maximum or minimum is the last element that
+/// reaches it (a later equal one, or a later NaN, takes over).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ScanKind {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// log(exp(a) + exp(b)), computed as max + log1p(exp(min - max)) (floats only).
+    LogSumExp,
+}
+
+impl ScanKind {
+    /// The ATen op computing it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanKind::Sum => "cumsum",
+            ScanKind::Prod => "cumprod",
+            ScanKind::Max => "cummax",
+            ScanKind::Min => "cummin",
+            ScanKind::LogSumExp => "logcumsumexp",
+        }
+    }
+}
+
 /// The loop nest a computed buffer runs: one variable per output dimension and, for a reduction,
 /// one per reduced dimension.
 #[derive(Clone, Debug)]
@@ -164,8 +190,13 @@ pub enum BufferKind {
         input: BufferId,
         symbol: crate::sym::SymbolId,
     },
-    /// An inclusive prefix sum of `input` (same shape and dtype) along dimension `dim`.
-    Scan { input: BufferId, dim: usize },
+    /// An inclusive scan of `input` (same shape and dtype) along dimension `dim`: running sums,
+    /// products, maxima, minima or log-sum-exps.
+    Scan {
+        input: BufferId,
+        dim: usize,
+        kind: ScanKind,
+    },
     /// `sort`/`topk` of the contiguous `input` along `dim`: each line ordered (stable; NaN above
     /// every number), the first `take` kept (all when `None`); the values or their positions.
     Sort {

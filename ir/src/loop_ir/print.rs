@@ -74,11 +74,12 @@ impl Program {
                     let what = if *indices { "indices" } else { "values" };
                     let _ = writeln!(out, "buffer {} (#{i}): {shape} = sort {} along {dim} {order}{take} ({what}){from}", b.name, self.buffers[input.index()].name);
                 }
-                BufferKind::Scan { input, dim } => {
+                BufferKind::Scan { input, dim, kind } => {
                     let _ = writeln!(
                         out,
-                        "buffer {} (#{i}): {shape} = cumsum {} along {dim}{from}",
+                        "buffer {} (#{i}): {shape} = {} {} along {dim}{from}",
                         b.name,
+                        kind.name(),
                         self.buffers[input.index()].name
                     );
                 }

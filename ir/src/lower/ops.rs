@@ -5,7 +5,7 @@ use std::rc::Rc;
 use super::promote::{compute_dtype, result_type};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
-use crate::loop_ir::{BinaryOp, BufferKind, Constant, ReductionKind, UnaryOp, ValueId};
+use crate::loop_ir::{BinaryOp, BufferKind, Constant, ReductionKind, ScanKind, UnaryOp, ValueId};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -562,26 +562,41 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             );
             Ok(vec![values, indices])
         }
-        "cumsum" => {
+        "cumsum" | "cumprod" | "logcumsumexp" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();
             let dim = dim_arg(l, n, "dim", rank)?;
+            let kind = match name {
+                "cumsum" => ScanKind::Sum,
+                "cumprod" => ScanKind::Prod,
+                _ => ScanKind::LogSumExp,
+            };
             let dtype = match n.arg("dtype") {
                 Some(Arg::DType(d)) => *d,
                 _ if x.dtype.is_float() => x.dtype,
+                _ if kind == ScanKind::LogSumExp => {
+                    return msg(format!(
+                        "{name} of {} is not defined: it takes floats",
+                        x.dtype.name()
+                    ))
+                }
                 _ => DType::I64,
             };
-            let from = x.dtype;
-            let cast = map(l, &[x], from, dtype, |_, v| v[0])?;
-            let input = l.realize(cast, &n.name);
-            if rank == 0 {
-                return one(input);
-            }
-            let kind = BufferKind::Scan {
-                input: input.buffer.expect("realized"),
-                dim,
+            one(scan(l, n, x, dim, kind, dtype)?.1)
+        }
+        "cummax" | "cummin" => {
+            let x = tensor(l, n, "self")?;
+            let rank = x.sizes.len();
+            let dim = dim_arg(l, n, "dim", rank)?;
+            let kind = if name == "cummax" {
+                ScanKind::Max
+            } else {
+                ScanKind::Min
             };
-            one(l.add_buffer(kind, dtype, &input.sizes, &n.name))
+            let dtype = x.dtype;
+            let (input, values) = scan(l, n, x, dim, kind, dtype)?;
+            let indices = running_position(l, n, input, values.clone(), dim)?;
+            Ok(vec![values, indices])
         }
         "index" => one(super::routing::index(l, n)?),
         "index_put" => one(super::routing::index_put(l, n)?),
@@ -1405,4 +1420,66 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let v3 = super::views::view(l, v, &[bh, s, ev])?;
     let out = matmul(l, n, p3, v3, true, None, false)?;
     super::views::view(l, out, &[b, hq, lq, ev])
+}
+
+/// The inclusive scan of `kind` of `x` (converted to `dtype`) along `dim`, with the contiguous
+/// input it scans; a 0-d tensor is its own scan.
+fn scan(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    x: LTensor,
+    dim: usize,
+    kind: ScanKind,
+    dtype: DType,
+) -> R<(LTensor, LTensor)> {
+    let rank = x.sizes.len();
+    let from = x.dtype;
+    let cast = map(l, &[x], from, dtype, |_, v| v[0])?;
+    let input = l.realize(cast, &n.name);
+    if rank == 0 {
+        return Ok((input.clone(), input));
+    }
+    let kind = BufferKind::Scan {
+        input: input.buffer.expect("realized"),
+        dim,
+        kind,
+    };
+    let out = l.add_buffer(kind, dtype, &input.sizes, &n.name);
+    Ok((input, out))
+}
+
+/// `cummax`/`cummin`'s indices: the last position along `dim`, up to each element, where the
+/// running value was reached (ATen's `>=`/`<=`: a tie moves it on) or a NaN was met — the
+/// running maximum of those positions, given the running values.
+fn running_position(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    x: LTensor,
+    values: LTensor,
+    dim: usize,
+) -> R<LTensor> {
+    if x.sizes.is_empty() {
+        return map(l, &[x], DType::I64, DType::I64, |c, _| {
+            c.body.constant(Constant::Int(0), DType::I64)
+        });
+    }
+    let (lx, lv) = (x.loader.clone(), values.loader.clone());
+    let float = x.dtype.is_float();
+    let cd = compute_dtype(x.dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let a = lx(c, idx);
+        let a = c.body.cast(a, cd);
+        let v = lv(c, idx);
+        let v = c.body.cast(v, cd);
+        let mut reached = c.body.binary(BinaryOp::Eq, a, v);
+        if float {
+            let nan = c.body.binary(BinaryOp::Ne, a, a);
+            reached = c.body.binary(BinaryOp::LogicalOr, reached, nan);
+        }
+        let at = c.body.index(idx[dim]);
+        let zero = c.body.constant(Constant::Int(0), DType::I64);
+        c.body.where_(reached, at, zero)
+    });
+    let positions = LTensor::lazy(DType::I64, x.sizes.clone(), loader);
+    Ok(scan(l, n, positions, dim, ScanKind::Max, DType::I64)?.1)
 }

@@ -10,7 +10,7 @@ use super::{compute_dtype, Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
 use crate::loop_ir::{
     BinaryOp, BodyBuilder, BufferKind, Check, Constant, ExternKernel, Layout, Loops, ReductionKind,
-    UnaryOp,
+    ScanKind, UnaryOp,
 };
 use crate::sym::{Expr, SymbolId};
 
@@ -295,7 +295,11 @@ pub(super) fn repeat_interleave(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let as_i64 = super::ops::map(l, &[r], rd, DType::I64, |_, v| v[0])?;
     let input = l.realize(as_i64, &n.name).buffer.expect("realized");
     let ends = l.add_buffer(
-        BufferKind::Scan { input, dim: 0 },
+        BufferKind::Scan {
+            input,
+            dim: 0,
+            kind: ScanKind::Sum,
+        },
         DType::I64,
         &[len],
         &n.name,

@@ -11,6 +11,7 @@ mod math;
 mod norms;
 mod overwrite;
 mod routing;
+mod scans;
 
 type R<T> = Result<T, Option<String>>;
 
@@ -1525,31 +1526,8 @@ pub(super) fn run_node(
                 build(DType::I64, shape, idxs),
             ])
         }
-        "cumsum" => {
-            let x = n.tensor("self")?;
-            let rank = x.shape.len();
-            let d = n.dtype("dtype").unwrap_or(if x.dtype.is_float() {
-                x.dtype
-            } else {
-                DType::I64
-            });
-            if rank == 0 {
-                return out(build(d, vec![], vec![to(d, elem(&x, 0))]));
-            }
-            let dim = wrap(n.int("dim")?, rank)?;
-            let inner: usize = x.shape[dim + 1..].iter().product();
-            let len = x.shape[dim];
-            let mut vals: Vec<E> = (0..x.numel()).map(|i| to(d, elem(&x, i))).collect();
-            for k in 0..vals.len() {
-                if inner > 0 && len > 0 && (k / inner) % len > 0 {
-                    vals[k] = match (vals[k - inner], vals[k]) {
-                        (E::F(a), E::F(b)) => E::F(a + b),
-                        (a, b) => E::I(a.i().wrapping_add(b.i())),
-                    };
-                }
-            }
-            out(build(d, x.shape.clone(), vals))
-        }
+        "cumsum" | "cumprod" | "logcumsumexp" => scans::running(&n, name),
+        "cummax" | "cummin" => scans::running_extreme(&n, name == "cummax"),
         "index" => routing::index(&n),
         "index_put" => routing::index_put(&n),
         "repeat_interleave" if overload == "Tensor" => routing::repeat_interleave(&n),

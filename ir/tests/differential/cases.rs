@@ -452,6 +452,26 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "z"}, "dim": 1, "dtype": {"dtype": "f64"}}"#,
     ),
     (
+        "aten.cumprod.default",
+        r#"{"self": {"tensor": "x"}, "dim": 0}"#,
+    ),
+    (
+        "aten.cumprod.default",
+        r#"{"self": {"tensor": "i"}, "dim": -1}"#,
+    ),
+    (
+        "aten.cumprod.default",
+        r#"{"self": {"tensor": "h"}, "dim": 1, "dtype": {"dtype": "f32"}}"#,
+    ),
+    (
+        "aten.logcumsumexp.default",
+        r#"{"self": {"tensor": "x"}, "dim": 0}"#,
+    ),
+    (
+        "aten.logcumsumexp.default",
+        r#"{"self": {"tensor": "z"}, "dim": 1}"#,
+    ),
+    (
         "aten._softmax.default",
         r#"{"self": {"tensor": "x"}, "dim": -1, "half_to_float": false}"#,
     ),

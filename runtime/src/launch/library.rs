@@ -234,7 +234,7 @@ impl<D: Device> Session<'_, D> {
         let buf = &p.buffers[id.index()];
         let bad = |message: String| fail(buf, message);
         let (input, dim, take) = match &buf.kind {
-            BufferKind::Scan { input, dim } => (*input, *dim, None),
+            BufferKind::Scan { input, dim, .. } => (*input, *dim, None),
             BufferKind::Sort {
                 input, dim, take, ..
             } => (*input, *dim, Some(*take)),

@@ -314,7 +314,9 @@ impl Program {
             } => self
                 .sort(st, b, *input, *dim, *descending, *take, *indices)
                 .map_err(fail)?,
-            BufferKind::Scan { input, dim } => self.scan(buf, st, b, *input, *dim).map_err(fail)?,
+            BufferKind::Scan { input, dim, kind } => {
+                self.scan(buf, st, b, (*input, *dim, *kind)).map_err(fail)?
+            }
             BufferKind::Scatter { .. } => self.scatter(buf, st, b).map_err(fail)?,
             BufferKind::Item { input, symbol } => {
                 let v = st

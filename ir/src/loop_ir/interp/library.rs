@@ -1,9 +1,11 @@
 //! The interpreter's library buffers: sort, scan, scatter and the extern matmuls. Each returns the
 //! buffer's contiguous storage or a message that the caller attaches to the buffer.
 
-use super::scalar::{combine, order_key};
+use super::scalar::{combine, order_key, scan_combine};
 use super::{store, Storage, V};
-use crate::loop_ir::{Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind};
+use crate::loop_ir::{
+    Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind, ScanKind,
+};
 use crate::sym::{Bindings, Expr};
 
 type R<T> = Result<T, String>;
@@ -113,16 +115,15 @@ impl Program {
         Ok(out)
     }
 
-    /// Running sums along `dim` of the contiguous `input` (same shape), each rounded once to the
-    /// stored type from a sum kept in f64 (integers: i64, wrapping) — not rounded per addition,
-    /// which loses a long bf16 line's small terms altogether.
+    /// The running scan of `kind` along `dim` of the contiguous `input` (same shape), each
+    /// element rounded once to the stored type from a value kept in f64 (integers: i64, wrapping)
+    /// — not rounded per step, which loses a long bf16 line's small terms altogether.
     pub(super) fn scan(
         &self,
         buf: &Buffer,
         storage: &Storage,
         b: &Bindings,
-        input: BufferId,
-        dim: usize,
+        (input, dim, kind): (BufferId, usize, ScanKind),
     ) -> R<Vec<V>> {
         let sizes = self.sizes_of(input, b)?;
         let inner: i64 = sizes[dim + 1..].iter().product();
@@ -132,7 +133,11 @@ impl Program {
             // Not the first along `dim`: add the running sum of the previous element.
             if inner > 0 && len > 0 && (k / inner) % len > 0 {
                 let prev = sums[(k - inner) as usize];
-                sums[k as usize] = combine(ReductionKind::Sum, buf.dtype, prev, sums[k as usize]);
+                sums[k as usize] = scan_combine(kind, buf.dtype, prev, sums[k as usize]);
+            } else if kind == ScanKind::LogSumExp {
+                // From −inf, as ATen starts it: a first −0.0 comes out +0.0.
+                let first = V::F(f64::NEG_INFINITY);
+                sums[k as usize] = scan_combine(kind, buf.dtype, first, sums[k as usize]);
             }
         }
         Ok(sums.into_iter().map(|v| store(buf.dtype, v)).collect())

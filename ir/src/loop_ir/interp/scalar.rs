@@ -2,7 +2,7 @@
 
 use super::V;
 use crate::graph::DType;
-use crate::loop_ir::{BinaryOp, ReductionKind, UnaryOp};
+use crate::loop_ir::{BinaryOp, ReductionKind, ScanKind, UnaryOp};
 
 /// The order of a sort: NaN above every number; descending reverses it (the sort is stable, so
 /// equal values keep their positions' order either way).
@@ -82,6 +82,37 @@ pub(super) fn combine(kind: ReductionKind, dtype: DType, a: V, v: V) -> V {
             unreachable!("arg-reductions keep a position")
         }
     }
+}
+
+/// One step of a scan: `a` the running value, `v` the next element. A running maximum or minimum
+/// is the last element reaching it (an equal one, -0.0 after 0.0 say, or a NaN takes over), as
+/// ATen's cummax/cummin keep it.
+pub(super) fn scan_combine(kind: ScanKind, dtype: DType, a: V, v: V) -> V {
+    let takes_over = |max: bool| match (a, v) {
+        (V::F(x), V::F(y)) => y.is_nan() || (!x.is_nan() && if max { y >= x } else { y <= x }),
+        _ if max => v.i() >= a.i(),
+        _ => v.i() <= a.i(),
+    };
+    match kind {
+        ScanKind::Sum => combine(ReductionKind::Sum, dtype, a, v),
+        ScanKind::Prod => combine(ReductionKind::Prod, dtype, a, v),
+        ScanKind::Max | ScanKind::Min if takes_over(kind == ScanKind::Max) => v,
+        ScanKind::Max | ScanKind::Min => a,
+        ScanKind::LogSumExp => V::F(log_add_exp(a.f(), v.f())),
+    }
+}
+
+/// log(exp(a) + exp(b)) without overflow; equal infinities stay as they are (−inf + −inf is
+/// −inf, not NaN), as in ATen.
+pub(super) fn log_add_exp(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+    if lo == hi && lo.is_infinite() {
+        return lo;
+    }
+    hi + (lo - hi).exp().ln_1p()
 }
 
 pub(super) fn unary(u: UnaryOp, a: V, dtype: DType) -> V {
