@@ -335,6 +335,31 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "1 repeats for a tensor of 2 dimensions",
         ),
         (
+            "aten.bucketize.Tensor",
+            r#"{"self": {"tensor": "x"}, "boundaries": {"tensor": "x"}}"#,
+            "the boundaries must have exactly one dimension, not 2",
+        ),
+        (
+            "aten.searchsorted.Tensor",
+            r#"{"sorted_sequence": {"tensor": "s2"}, "self": {"tensor": "z"}}"#,
+            "a sequence of 2 dimensions takes values of as many, not 3",
+        ),
+        (
+            "aten.searchsorted.Tensor",
+            r#"{"sorted_sequence": {"tensor": "y"}, "self": {"tensor": "x"}, "right": true, "side": "left"}"#,
+            "side 'left' contradicts right=True",
+        ),
+        (
+            "aten.searchsorted.Tensor",
+            r#"{"sorted_sequence": {"tensor": "ids"}, "self": {"tensor": "x"}, "sorter": {"tensor": "y"}}"#,
+            "sorter must be an i64 tensor of the sequence's shape",
+        ),
+        (
+            "aten.logcumsumexp.default",
+            r#"{"self": {"tensor": "i"}, "dim": 0}"#,
+            "logcumsumexp of i64 is not defined: it takes floats",
+        ),
+        (
             "aten.convolution.default",
             r#"{"input": {"tensor": "x"}, "weight": {"tensor": "w"}, "bias": null, "stride": [1], "padding": [0], "dilation": [1], "transposed": false, "output_padding": [0], "groups": 1}"#,
             "expects an input of 1 to 3 spatial dimensions",

@@ -355,6 +355,35 @@ class ExportTest(unittest.TestCase):
         for n in [2, 40, 3000]:
             assert_runs_like_torch(self, e, Scans(), [torch.randn(3, n)], rtol=1e-5, atol=1e-5)
 
+    def test_searchsorted_and_bucketize(self):
+        # Insertion points as a sampler or a binning step asks for them: a batch of sorted rows
+        # (with ties and a NaN last, as torch.sort leaves it), one shared sequence of symbolic
+        # length, a sorter, a Python number, int32 results.
+        class Search(torch.nn.Module):
+            def forward(self, rows, seq, x):
+                sorted_rows = rows.sort(-1).values
+                order = seq.argsort()
+                return (torch.searchsorted(sorted_rows, x), torch.searchsorted(sorted_rows, x, side="right"),
+                        torch.bucketize(x, seq.sort().values, out_int32=True),
+                        torch.searchsorted(seq, x.flatten(), sorter=order, right=True),
+                        torch.searchsorted(seq.sort().values, 0.5))
+
+        def inputs(b, n, m):
+            rows = torch.randint(0, 5, (b, n)).float()
+            rows[0, -1] = float("nan")
+            x = torch.randint(-1, 6, (b, m)).float()
+            x[-1, 0] = float("nan")
+            return [rows, torch.randn(n), x]
+
+        b, n = torch.export.Dim("b", min=1, max=64), torch.export.Dim("n", min=1, max=1 << 20)
+        e = guardless.export(Search(), tuple(inputs(2, 7, 3)),
+                             dynamic_shapes={"rows": {0: b, 1: n}, "seq": {0: n},
+                                             "x": {0: b, 1: torch.export.Dim("m", min=1, max=512)}})
+        self.assertLessEqual({"aten.searchsorted.Tensor", "aten.searchsorted.Scalar", "aten.bucketize.Tensor"},
+                             {n["op"] for n in e.graph["nodes"]})
+        for b, n, m in [(2, 7, 3), (1, 1, 1), (5, 1000, 40)]:
+            assert_runs_like_torch(self, e, Search(), inputs(b, n, m))
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

@@ -13,6 +13,7 @@ mod overwrite;
 mod pool;
 mod promote;
 mod routing;
+mod search;
 mod strided_views;
 mod views;
 

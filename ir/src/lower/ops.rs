@@ -562,6 +562,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             );
             Ok(vec![values, indices])
         }
+        "searchsorted" | "bucketize" => one(super::search::search_sorted(l, n, name)?),
         "cumsum" | "cumprod" | "logcumsumexp" => {
             let x = tensor(l, n, "self")?;
             let rank = x.sizes.len();

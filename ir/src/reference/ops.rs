@@ -12,6 +12,7 @@ mod norms;
 mod overwrite;
 mod routing;
 mod scans;
+mod search;
 
 type R<T> = Result<T, Option<String>>;
 
@@ -1527,6 +1528,7 @@ pub(super) fn run_node(
             ])
         }
         "cumsum" | "cumprod" | "logcumsumexp" => scans::running(&n, name),
+        "searchsorted" | "bucketize" => search::search_sorted(&n, name),
         "cummax" | "cummin" => scans::running_extreme(&n, name == "cummax"),
         "index" => routing::index(&n),
         "index_put" => routing::index_put(&n),

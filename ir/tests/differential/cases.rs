@@ -467,6 +467,44 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.logcumsumexp.default",
         r#"{"self": {"tensor": "x"}, "dim": 0}"#,
     ),
+    // Binary searches (over unsorted sequences too: both sides search the same way).
+    (
+        "aten.searchsorted.Tensor",
+        r#"{"sorted_sequence": {"tensor": "y"}, "self": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.searchsorted.Tensor",
+        r#"{"sorted_sequence": {"tensor": "s2"}, "self": {"tensor": "x"}, "right": true}"#,
+    ),
+    (
+        "aten.searchsorted.Tensor",
+        r#"{"sorted_sequence": {"tensor": "ids"}, "self": {"tensor": "y"}, "side": "right", "out_int32": true}"#,
+    ),
+    (
+        "aten.searchsorted.Scalar",
+        r#"{"sorted_sequence": {"tensor": "ids"}, "self": 2}"#,
+    ),
+    (
+        "aten.bucketize.Tensor",
+        r#"{"self": {"tensor": "i"}, "boundaries": {"tensor": "y"}, "right": true}"#,
+    ),
+    // Each value is in its own row of the sequence: the probes meet equal elements.
+    (
+        "aten.searchsorted.Tensor",
+        r#"{"sorted_sequence": {"tensor": "i"}, "self": {"tensor": "i"}}"#,
+    ),
+    (
+        "aten.searchsorted.Tensor",
+        r#"{"sorted_sequence": {"tensor": "i"}, "self": {"tensor": "x"}, "right": true}"#,
+    ),
+    (
+        "aten.bucketize.Tensor",
+        r#"{"self": {"tensor": "ids"}, "boundaries": {"tensor": "ids"}}"#,
+    ),
+    (
+        "aten.bucketize.Tensor",
+        r#"{"self": {"tensor": "ids"}, "boundaries": {"tensor": "ids"}, "right": true}"#,
+    ),
     (
         "aten.logcumsumexp.default",
         r#"{"self": {"tensor": "z"}, "dim": 1}"#,
