@@ -122,11 +122,15 @@ def _symbols(gm: torch.fx.GraphModule) -> list[dict]:
     return out
 
 
-def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
-    """An ATen FX graph (AOT autograd's) as the graph format, and how each placeholder is passed:
-    `("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`."""
+def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list]:
+    """An ATen FX graph (AOT autograd's) as the graph format, how each placeholder is passed
+    (`("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`), and
+    the graph's constant tensors (its `get_attr` nodes: tensors made in forward), passed after
+    the placeholders' tensors as the graph's last inputs."""
     w = _Writer()
     inputs: list[dict] = []
+    constant_inputs: list[dict] = []
+    constants: list[torch.Tensor] = []
     plan: list = []
     outputs: list = []
     for n in gm.graph.nodes:
@@ -146,6 +150,14 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
                 plan.append(("skip",))
             else:
                 w.errors.append(f"input '{n.name}': a {type(v).__name__} argument")
+        elif n.op == "get_attr":
+            v = getattr(gm, n.target, None)
+            if not isinstance(v, torch.Tensor) or v.dtype not in _DTYPES:
+                w.errors.append(f"node '{n.name}': attribute '{n.target}' is not a tensor guardless reads")
+                continue
+            n.meta.setdefault("val", v)
+            w.placeholder(n, "user", constant_inputs)
+            constants.append(v)
         elif n.op == "call_function":
             w.call(n)
         elif n.op == "output":
@@ -155,22 +167,29 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list]:
             outputs = [w.value(o) for o in n.args[0]] if not w.errors else []
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
-    return w.graph(name, _symbols(gm), inputs, outputs), plan
+    return w.graph(name, _symbols(gm), inputs + constant_inputs, outputs), plan, constants
 
 
 class CompiledFunction:
     """A compiled graph, called by AOT autograd with its flat arguments."""
 
-    def __init__(self, compiled, graph: dict, plan: list, name: str, device: str = "cpu"):
+    def __init__(self, compiled, graph: dict, plan: list, name: str, device: str = "cpu",
+                 constants: list | None = None):
         self.compiled = compiled
         self.graph = graph
         self.plan = plan
         self.name = name
         self.device = device  # "cpu", or "cuda" (GPU 0)
+        # The graph's constant tensors, on its device, passed after the arguments' tensors (moved
+        # as real tensors: AOT autograd compiles under fake tensors).
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            self.constants = [c.detach().to(device) for c in constants or []]
 
     def __call__(self, *args):
         tensors, symbols, given = [], {}, []
-        for a, p in zip(args, self.plan):
+        for a, p in zip(list(args) + self.constants, self.plan + [("tensor",)] * len(self.constants)):
             if p[0] == "tensor":
                 if a.device.type != self.device or (self.device == "cuda" and a.device.index not in (None, 0)):
                     raise GuardlessError(f"{self.name}: a tensor on {a.device}; this graph was compiled for {self.device}")
@@ -192,6 +211,9 @@ class CompiledFunction:
                 results.append(torch.as_strided(bases[k].view(dt), shape, strides, offset))
             else:
                 src = given[k]
+                if k >= len(given) - len(self.constants):
+                    # A view of a constant: the caller may write to it; the graph keeps its own.
+                    src = src.clone()
                 if src.dtype != dt:
                     src = src.view(dt)
                 results.append(torch.as_strided(src, shape, strides, src.storage_offset() + offset))
@@ -249,7 +271,7 @@ def make_backend(fallback: bool = True):
 
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
-                graph, plan = from_fx(aten, name)
+                graph, plan, constants = from_fx(aten, name)
                 text = json.dumps(graph)
                 compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
             except (ExportError, GuardlessError) as e:
@@ -259,7 +281,7 @@ def make_backend(fallback: bool = True):
                 return aten
             _stats.graphs += 1
             _stats.compile_seconds += compiled.compile_seconds
-            fn = CompiledFunction(compiled, graph, plan, name, device)
+            fn = CompiledFunction(compiled, graph, plan, name, device, constants)
             backend.compiled.append(fn)
             return fn
 

@@ -207,6 +207,9 @@ _ALIASES = {
     "prims.convert_element_type.default": ("aten._to_copy.default", {"a": "self"}),
     "aten.true_divide.Tensor": ("aten.div.Tensor", {}),
     "aten.true_divide.Scalar": ("aten.div.Scalar", {}),
+    # A tensor made in forward (`torch.tensor(...)`, a constant of the traced graph) is copied
+    # before use: a clone, so that nothing returned aliases the constant.
+    "aten.lift_fresh_copy.default": ("aten.clone.default", {}),
     # Hugging Face's experts when torch._grouped_mm is not taken (under export, weights other
     # than bf16): zeros, then each group's rows `input[start:end] @ weight[g]` (row groups ending
     # at `offs`), which is `_grouped_mm(input, weight, offs)` with rows past the last offset zero.

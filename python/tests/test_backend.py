@@ -157,6 +157,26 @@ class BackendTest(unittest.TestCase):
         with self.assertRaisesRegex(guardless.GuardlessError, "out of range"):
             f(t, torch.tensor([1, 9]))
 
+    def test_tensors_made_in_forward_are_constants_of_the_graph(self):
+        # `torch.tensor(...)` in forward (Falcon's alibi slopes, DeBERTa's scale) is a constant
+        # the traced graph holds: passed as an input after the arguments, never a fallback; an
+        # output of it is the caller's own copy.
+        def fn(x):
+            scale = torch.tensor([0.5, 2.0, -1.0])
+            table = torch.tensor([[1, 2, 3], [4, 5, 6]])
+            return x * scale + table[1], torch.tensor(16.0).sqrt() * x, table
+
+        f, b = compiled(fn, dynamic=True)
+        for n in [2, 7, 1]:
+            x = torch.randn(n, 3)
+            got, want = f(x), fn(x)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+        got[2].add_(100)
+        torch.testing.assert_close(f(x)[2], torch.tensor([[1, 2, 3], [4, 5, 6]]))
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertGreaterEqual(len(b.compiled), 1)
+
     def test_unsupported_op_is_a_counted_fallback(self):
         f, _ = compiled(lambda x: torch.special.i0(x) + 1, fallback=True)
         x = torch.randn(6)
