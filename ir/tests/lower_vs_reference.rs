@@ -327,6 +327,24 @@ fn tensor_metadata_asserts_are_checked() {
 }
 
 #[test]
+fn a_strided_view_past_its_storage_is_a_runtime_assert() {
+    // u0 elements of a 5-element storage: read up to u0 = 5, refused by both sides past it.
+    let g = one_op(
+        "aten.as_strided.default",
+        r#"{"self": {"tensor": "y"}, "size": ["u0"], "stride": [1]}"#,
+    );
+    for u0 in [0, 1, 5] {
+        assert!(differential("as_strided", &g, &[("u0", u0)], 1, false));
+    }
+    // The assert bounds u0's range: a larger value is refused when bound.
+    let mut b = guardless_ir::sym::Bindings::new();
+    b.set(g.env.symbol_id("u0").unwrap(), 6);
+    let inputs = random_inputs(&g, &bindings_of("as_strided", &g, &[("u0", 5)]), 1, (0, 4));
+    let err = lower(&g).unwrap().run(&inputs, &b).unwrap_err().to_string();
+    assert!(err.contains("u0 = 6"), "{err}");
+}
+
+#[test]
 fn attention_matches_the_reference() {
     for (dtype, causal, gqa, mask) in [
         ("f32", true, true, false),

@@ -335,6 +335,16 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "1 repeats for a tensor of 2 dimensions",
         ),
         (
+            "aten.as_strided.default",
+            r#"{"self": {"tensor": "x"}, "size": [2], "stride": [-1]}"#,
+            "stride -1 can be negative",
+        ),
+        (
+            "aten.as_strided.default",
+            r#"{"self": {"tensor": "i"}, "size": ["u0", 2, 3], "stride": [5, 1, 1], "storage_offset": 2}"#,
+            "the view reaches element 5*u0 of a storage of 5*u0",
+        ),
+        (
             "aten.bucketize.Tensor",
             r#"{"self": {"tensor": "x"}, "boundaries": {"tensor": "x"}}"#,
             "the boundaries must have exactly one dimension, not 2",

@@ -384,6 +384,23 @@ class ExportTest(unittest.TestCase):
         for b, n, m in [(2, 7, 3), (1, 1, 1), (5, 1000, 40)]:
             assert_runs_like_torch(self, e, Search(), inputs(b, n, m))
 
+    def test_as_strided_windows(self):
+        # Overlapping frames over a signal by as_strided (hop 2, width 4), and a transposed view,
+        # at a symbolic length.
+        class Frames(torch.nn.Module):
+            def forward(self, x):
+                y = x * 2
+                n = (y.shape[1] - 4) // 2 + 1
+                frames = y.as_strided((y.shape[0], n, 4), (y.shape[1], 2, 1))
+                return frames.sum(-1), y.as_strided((y.shape[1], y.shape[0]), (1, y.shape[1])) + 1
+
+        # (From 6: at 4 and 5 there is one frame, which torch.export specializes.)
+        e = guardless.export(Frames(), (torch.randn(3, 16),),
+                             dynamic_shapes={"x": {1: torch.export.Dim("n", min=6, max=4096)}})
+        self.assertIn("aten.as_strided.default", {n["op"] for n in e.graph["nodes"]})
+        for n in [6, 16, 1001]:
+            assert_runs_like_torch(self, e, Frames(), [torch.randn(3, n)], rtol=1e-5, atol=1e-5)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

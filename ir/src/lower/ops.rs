@@ -606,7 +606,8 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "histc" => one(super::routing::histc(l, n)?),
         "_grouped_mm" => one(super::routing::grouped_mm(l, n)?),
-        "empty_permuted" | "empty" => one(super::routing::empty(l, n)?),
+        "empty_permuted" | "empty" | "empty_strided" => one(super::routing::empty(l, n)?),
+        "as_strided" => one(super::strided_views::as_strided(l, n)?),
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),

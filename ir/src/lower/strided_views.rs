@@ -1,12 +1,15 @@
 //! Views that read the input along new paths rather than by reshaping it: `unfold` (sliding
-//! windows as a new innermost dimension) and `diagonal` (two dimensions walked together). Both
-//! are index arithmetic over the input's loader; nothing is copied.
+//! windows as a new innermost dimension), `diagonal` (two dimensions walked together) and
+//! `as_strided` (any sizes and strides over the storage). All are index arithmetic; nothing is
+//! copied.
 
 use std::rc::Rc;
 
-use super::ops::{dim_arg, int, msg, tensor};
+use super::ops::{dim_arg, int, ints, msg, opt_int, tensor};
+use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::GraphNode;
+use crate::loop_ir::Layout;
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -111,4 +114,95 @@ pub(super) fn diagonal(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         inner(c, &src)
     });
     Ok(LTensor::lazy(x.dtype, sizes, loader))
+}
+
+/// `as_strided(size, stride, storage_offset)`: a view of the storage under `self` at the given
+/// sizes, strides and offset (0 by default). `self` must be its storage, as functionalized graphs
+/// use it (a whole contiguous tensor, or a computed one); a view into a larger storage is refused,
+/// not read differently from ATen. Every element the view can reach must lie in the storage:
+/// proved from ranges, else a runtime assert naming the node; negative strides are refused.
+pub(super) fn as_strided(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    let sizes = ints(n, "size")?;
+    let strides = ints(n, "stride")?;
+    if sizes.len() != strides.len() {
+        return msg(format!(
+            "{} sizes and {} strides",
+            sizes.len(),
+            strides.len()
+        ));
+    }
+    for &s in &strides {
+        let zero = l.env.pool_mut().zero();
+        let ok = l.env.pool_mut().ge(s, zero);
+        if !l.env.statically_known_true(ok) {
+            return msg(format!("stride {} can be negative", l.env.text(s)));
+        }
+    }
+    let (base, base_layout) = match x.strided.clone() {
+        Some((b, view)) => {
+            let own = l.buffers[b.index()].layout.clone();
+            let dense = Layout::contiguous(&mut l.env, &own.sizes);
+            let zero = l.env.pool().as_const(own.offset) == Some(0);
+            if view != own || own.strides != dense.strides || !zero {
+                return msg(
+                    "as_strided of a view into a larger or strided storage is not supported: \
+                     guardless takes it over a whole contiguous tensor",
+                );
+            }
+            (b, own)
+        }
+        None => {
+            let t = l.realize(x.clone(), &n.name);
+            let b = t.buffer.expect("realized");
+            (b, l.buffers[b.index()].layout.clone())
+        }
+    };
+    let offset = match opt_int(n, "storage_offset")? {
+        Some(o) => o,
+        None => l.env.pool_mut().zero(),
+    };
+    // The last element the view reaches, and one past the base's last.
+    let p = l.env.pool_mut();
+    let one = p.one();
+    let mut last = offset;
+    for (&s, &st) in sizes.iter().zip(&strides) {
+        let before = p.sub(s, one);
+        let span = p.mul(before, st);
+        last = p.add(last, span);
+    }
+    let mut end = base_layout.offset;
+    for (&s, &st) in base_layout.sizes.iter().zip(&base_layout.strides) {
+        let before = p.sub(s, one);
+        let span = p.mul(before, st);
+        end = p.add(end, span);
+    }
+    let end = p.add(end, one);
+    let fits = p.lt(last, end);
+    // A view with no element reaches nothing.
+    let empty = sizes.iter().any(|&s| l.env.pool().as_const(s) == Some(0));
+    if !empty && !l.env.statically_known_true(fits) {
+        l.env.check(fits).map_err(|_| {
+            NodeError::Message(format!(
+                "the view reaches element {} of a storage of {}",
+                l.env.text(last),
+                l.env.text(end)
+            ))
+        })?;
+    }
+    let layout = Layout {
+        sizes: sizes.clone(),
+        strides,
+        offset,
+    };
+    let view = layout.clone();
+    let dtype = x.dtype;
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let at = view.index(c.env, idx);
+        let v = c.body.load(base, at, dtype);
+        c.body.cast(v, compute_dtype(dtype))
+    });
+    let mut t = LTensor::lazy(dtype, sizes, loader);
+    t.strided = Some((base, layout));
+    Ok(t)
 }

@@ -1535,7 +1535,7 @@ pub(super) fn run_node(
         "repeat_interleave" if overload == "Tensor" => routing::repeat_interleave(&n),
         "histc" => routing::histc(&n),
         "_grouped_mm" => routing::grouped_mm(&n),
-        "empty_permuted" | "empty" => routing::empty(&n),
+        "empty_permuted" | "empty" | "empty_strided" => routing::empty(&n),
         "slice_scatter" => overwrite::slice_scatter(&n),
         "select_scatter" => overwrite::select_scatter(&n),
         "copy" => overwrite::copy(&n),
@@ -1698,6 +1698,42 @@ pub(super) fn run_node(
                 src[d] = src[d] * step as usize + idx[idx.len() - 1];
                 src
             }))
+        }
+        "as_strided" => {
+            // `self` read as its own row-major storage.
+            let x = n.tensor("self")?;
+            let (sizes, strides) = (n.ints("size")?, n.ints("stride")?);
+            let offset = n.opt_int("storage_offset")?.unwrap_or(0);
+            if sizes.len() != strides.len() || strides.iter().chain([&offset]).any(|&s| s < 0) {
+                return fail("as_strided: mismatched or negative sizes and strides");
+            }
+            let shape: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
+            let numel: usize = shape.iter().product();
+            let last = offset
+                + sizes
+                    .iter()
+                    .zip(&strides)
+                    .map(|(&s, &st)| (s - 1) * st)
+                    .sum::<i64>();
+            if numel > 0 && last as usize >= x.numel() {
+                return fail(format!(
+                    "as_strided reaches element {last} of {}",
+                    x.numel()
+                ));
+            }
+            let vals = (0..numel)
+                .map(|i| {
+                    let idx = unflatten(i, &shape);
+                    let at = offset as usize
+                        + idx
+                            .iter()
+                            .zip(&strides)
+                            .map(|(&k, &st)| k * st as usize)
+                            .sum::<usize>();
+                    elem(&x, at)
+                })
+                .collect();
+            out(build(x.dtype, shape, vals))
         }
         "diagonal" => {
             let x = n.tensor("self")?;

@@ -467,6 +467,23 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.logcumsumexp.default",
         r#"{"self": {"tensor": "x"}, "dim": 0}"#,
     ),
+    // Views over a tensor's storage: a transpose, overlapping windows, an offset.
+    (
+        "aten.as_strided.default",
+        r#"{"self": {"tensor": "x"}, "size": [5, "u0"], "stride": [1, 5]}"#,
+    ),
+    (
+        "aten.as_strided.default",
+        r#"{"self": {"tensor": "i"}, "size": ["u0", 2, 3], "stride": [5, 1, 1], "storage_offset": 1}"#,
+    ),
+    (
+        "aten.as_strided.default",
+        r#"{"self": {"tensor": "y"}, "size": [2, 2], "stride": [0, 3], "storage_offset": 1}"#,
+    ),
+    (
+        "aten.empty_strided.default",
+        r#"{"size": ["u0", 3], "stride": [3, 1], "dtype": {"dtype": "i32"}}"#,
+    ),
     // Binary searches (over unsorted sequences too: both sides search the same way).
     (
         "aten.searchsorted.Tensor",
