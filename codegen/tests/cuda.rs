@@ -227,6 +227,24 @@ fn scatter_functions_compile_for_sm90_in_every_dtype() {
             );
             compiles_without_spills(&what, &m, &options);
         }
+        if dtype == "bool" {
+            continue;
+        }
+        // Products, maxima and minima by compare-and-swap; a mean's count.
+        for reduce in ["prod", "amax", "amin", "mean"] {
+            let m = cuda_of(&format!(
+                r#"{{"format": "guardless-graph", "version": 1, "name": "scatter_reduce",
+                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 4096}}],
+                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [64, 3]}},
+                           {{"name": "i", "dtype": "i64", "shape": ["n", 3]}},
+                           {{"name": "src", "dtype": "{dtype}", "shape": ["n", 3]}}],
+                "nodes": [{{"name": "out", "op": "aten.scatter_reduce.two",
+                           "args": {{"self": {{"tensor": "x"}}, "dim": 0, "index": {{"tensor": "i"}},
+                                    "src": {{"tensor": "src"}}, "reduce": "{reduce}", "include_self": false}}}}],
+                "outputs": [{{"tensor": "out"}}]}}"#
+            ));
+            compiles_without_spills(&format!("scatter_reduce {dtype} {reduce}"), &m, &options);
+        }
     }
 }
 
@@ -324,8 +342,12 @@ fn scan_and_sort_functions_compile_for_sm90() {
             "symbols": [{{"name": "n", "kind": "unbacked", "min": 0{max}}}],
             "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 8]}}],
             "nodes": [{{"name": "c", "op": "aten.cumsum.default", "args": {{"self": {{"tensor": "x"}}, "dim": 0}}}},
+                      {{"name": "p", "op": "aten.cumprod.default", "args": {{"self": {{"tensor": "x"}}, "dim": 1}}}},
+                      {{"name": "e", "op": "aten.cummax.default", "args": {{"self": {{"tensor": "x"}}, "dim": 0}}}},
+                      {{"name": "f", "op": "aten.cummin.default", "args": {{"self": {{"tensor": "x"}}, "dim": 1}}}},
                       {{"name": "t", "op": "aten.topk.default", "args": {{"self": {{"tensor": "x"}}, "k": 2, "dim": 0}}}}],
-            "outputs": [{{"tensor": "c"}}, {{"tensor": "t", "index": 0}}, {{"tensor": "t", "index": 1}}]}}"#
+            "outputs": [{{"tensor": "c"}}, {{"tensor": "p"}}, {{"tensor": "e", "index": 0}}, {{"tensor": "e", "index": 1}},
+                        {{"tensor": "f", "index": 1}}, {{"tensor": "t", "index": 0}}, {{"tensor": "t", "index": 1}}]}}"#
         ));
         let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
         assert!(
@@ -334,6 +356,17 @@ fn scan_and_sort_functions_compile_for_sm90() {
             "{dtype}: {names:?}"
         );
         compiles_without_spills(dtype, &m, &options);
+    }
+    // Log-sum-exps, floats only.
+    for dtype in ["f32", "bf16", "f64"] {
+        let m = cuda_of(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "lse",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", 8]}}],
+            "nodes": [{{"name": "c", "op": "aten.logcumsumexp.default", "args": {{"self": {{"tensor": "x"}}, "dim": 0}}}}],
+            "outputs": [{{"tensor": "c"}}]}}"#
+        ));
+        compiles_without_spills(&format!("logcumsumexp {dtype}"), &m, &options);
     }
 }
 

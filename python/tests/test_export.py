@@ -401,6 +401,28 @@ class ExportTest(unittest.TestCase):
         for n in [6, 16, 1001]:
             assert_runs_like_torch(self, e, Frames(), [torch.randn(3, n)], rtol=1e-5, atol=1e-5)
 
+    def test_scatter_reduce(self):
+        # A graph network's neighbourhood aggregation: messages reduced into their destination
+        # nodes by every reduction, with and without the nodes' own features, over a symbolic
+        # number of edges (duplicate destinations, nodes that receive nothing).
+        class Aggregate(torch.nn.Module):
+            def forward(self, x, dst, msg):
+                index = dst.unsqueeze(1).expand(-1, x.shape[1])
+                outs = [x.scatter_reduce(0, index, msg, r, include_self=s)
+                        for r in ["sum", "prod", "mean", "amax", "amin"] for s in [True, False]]
+                ints = x.round().long().scatter_reduce(0, index, msg.round().long(), "mean", include_self=False)
+                return (*outs, ints)
+
+        def inputs(nodes, edges):
+            return [torch.randn(nodes, 4), torch.randint(0, nodes // 2 + 1, (edges,)), torch.randn(edges, 4)]
+
+        edges = torch.export.Dim("e", min=2, max=100000)
+        e = guardless.export(Aggregate(), tuple(inputs(6, 9)),
+                             dynamic_shapes={"x": None, "dst": {0: edges}, "msg": {0: edges}})
+        self.assertIn("aten.scatter_reduce.two", {n["op"] for n in e.graph["nodes"]})
+        for n in [2, 9, 500]:
+            assert_runs_like_torch(self, e, Aggregate(), inputs(6, n), rtol=1e-4, atol=1e-5)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

@@ -162,6 +162,12 @@ fn few_or_long_scan_lines_run_a_block_each_or_a_block_a_tile() {
                 (r#"["n", 3]"#, 0, 700, "_block", 1),
                 (r#"[2, "n"]"#, -1, 9000, "_tiled", 3),
             ] {
+                // A log-sum-exp has no tiled form: its few long lines take a block each.
+                let (part, launches) = if op.contains("logcumsumexp") && part == "_tiled" {
+                    ("_block", 1)
+                } else {
+                    (part, launches)
+                };
                 let g = scan_graph(dtype, shape, op, dim);
                 let exe = Executable::new(lower(&g).unwrap()).unwrap();
                 let mut dev = Emu::new("long_scan", &exe);

@@ -1,17 +1,18 @@
 //! `index_put` on the device: two functions per scatter step (`templates/per_element.cu`).
 //! `copy` reads the base through its layout into the contiguous result (the launcher uses a plain
 //! device copy instead when the base is dense in the same order); `write` runs the step's body once per point and stores the value
-//! at its target, or adds it atomically (`accumulate`). Targets come from indices the body checks
+//! at its target, or combines it atomically (adds; multiplies, maximum, minimum through a
+//! compare-and-swap loop). Targets come from indices the body checks
 //! (an out-of-range index is an error code, as in every kernel), and the write is also bounded by
 //! the result's size, so no thread writes outside it.
 //!
-//! Duplicate targets without `accumulate`: one of the values lands, which one is unspecified — as
-//! PyTorch documents for `index_put_` on CUDA. The host implementation (the reference) writes the
-//! last. With `accumulate`, every value is added, in an unspecified order.
+//! Duplicate targets of a write: one of the values lands, which one is unspecified — as PyTorch
+//! documents for `index_put_` on CUDA. The host implementation (the reference) writes the last.
+//! Otherwise every value is combined, in an unspecified order.
 
 use std::fmt::Write;
 
-use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
+use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program, ScatterCombine};
 use guardless_ir::sym::{CPrinter, Expr};
 use rustc_hash::FxHashMap;
 use tera::Tera;
@@ -38,7 +39,7 @@ pub(super) fn render(
         loops,
         body,
         target,
-        accumulate,
+        combine,
     } = &buf.kind
     else {
         panic!("{} is not a scatter", buf.name)
@@ -133,10 +134,12 @@ pub(super) fn render(
         errors.push(format!("{what}: a scatter target is outside the result"));
         let code = errors.len();
         let numel_c = c_of(p, &mut h, numel, &printer);
-        let op = if *accumulate {
-            "gl_atomic_add"
-        } else {
-            "gl_st"
+        let op = match combine {
+            ScatterCombine::Write => "gl_st",
+            ScatterCombine::Add => "gl_atomic_add",
+            ScatterCombine::Mul => "gl_atomic_mul",
+            ScatterCombine::Max => "gl_atomic_max",
+            ScatterCombine::Min => "gl_atomic_min",
         };
         let mut store = stmts;
         let _ = writeln!(store, "  const long long gl_at = {target_c};");
@@ -164,7 +167,13 @@ pub(super) fn render(
         let all_vars: Vec<Expr> = loops.vars.iter().chain(&binds).copied().collect();
         let (params_c, params, symbols) =
             parameters(p, &h, &buffers, &[&exprs[..]], &all_vars, pointers);
-        let mode = if *accumulate { "added" } else { "written" };
+        let mode = match combine {
+            ScatterCombine::Write => "written",
+            ScatterCombine::Add => "added",
+            ScatterCombine::Mul => "multiplied",
+            ScatterCombine::Max => "combined by maximum",
+            ScatterCombine::Min => "combined by minimum",
+        };
         let ctx = context(&buf, entry, THREADS, &params_c, &symbols);
         let text = per_element(
             tera,

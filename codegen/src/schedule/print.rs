@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use guardless_ir::loop_ir::{BufferKind, Program};
+use guardless_ir::loop_ir::{BufferKind, Program, ScatterCombine};
 
 use super::config::{IndexType, Strategy};
 use super::{Role, Schedule, Step};
@@ -38,10 +38,12 @@ impl Schedule {
                         BufferKind::Scan { kind, .. } => kind.name().into(),
                         BufferKind::Select { mask: None, .. } => "nonzero".into(),
                         BufferKind::Select { .. } => "masked_select".into(),
-                        BufferKind::Scatter { accumulate, .. } => if *accumulate {
-                            "scatter_add"
-                        } else {
-                            "scatter"
+                        BufferKind::Scatter { combine, .. } => match combine {
+                            ScatterCombine::Write => "scatter",
+                            ScatterCombine::Add => "scatter_add",
+                            ScatterCombine::Mul => "scatter_mul",
+                            ScatterCombine::Max => "scatter_max",
+                            ScatterCombine::Min => "scatter_min",
                         }
                         .into(),
                         BufferKind::Item { symbol, .. } => {

@@ -58,6 +58,18 @@ impl DType {
         }
     }
 
+    /// The smallest and largest value of an integer dtype (bool: 0 and 1); `None` for floats.
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            DType::I64 => Some((i64::MIN, i64::MAX)),
+            DType::I32 => Some((i32::MIN.into(), i32::MAX.into())),
+            DType::I8 => Some((i8::MIN.into(), i8::MAX.into())),
+            DType::U8 => Some((0, u8::MAX.into())),
+            DType::Bool => Some((0, 1)),
+            _ => None,
+        }
+    }
+
     pub fn is_float(self) -> bool {
         matches!(self, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
     }

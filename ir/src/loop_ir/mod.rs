@@ -215,17 +215,43 @@ pub enum BufferKind {
         mask: Option<BufferId>,
         count: crate::sym::SymbolId,
     },
-    /// `index_put`: a copy of `base` (same shape, read through its layout), then for every point
-    /// of `loops` in row-major order the body's value is written (`accumulate`: added) at storage
-    /// index `target` of this buffer. `target` may use variables the body binds (checked indices).
-    /// Duplicate targets: the last write wins, or all are added.
+    /// `index_put`, `scatter`, `scatter_reduce`: a copy of `base` (same shape, read through its
+    /// layout), then for every point of `loops` in row-major order the body's value is combined
+    /// (`combine`) with the element at storage index `target` of this buffer. `target` may use
+    /// variables the body binds (checked indices). Duplicate targets: the last write wins, or
+    /// every value is combined (in an unspecified order on a device).
     Scatter {
         base: BufferId,
         loops: Loops,
         body: Body,
         target: Expr,
-        accumulate: bool,
+        combine: ScatterCombine,
     },
+}
+
+/// How a scatter's value meets the element at its target. Each combination but `Write` is
+/// rounded to the stored type per value, as the host's sequential updates are.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ScatterCombine {
+    Write,
+    Add,
+    Mul,
+    /// NaN propagates, as in ATen.
+    Max,
+    Min,
+}
+
+impl ScatterCombine {
+    /// What the scatter does, as the schedule and the loop IR print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScatterCombine::Write => "write",
+            ScatterCombine::Add => "add",
+            ScatterCombine::Mul => "multiply",
+            ScatterCombine::Max => "max",
+            ScatterCombine::Min => "min",
+        }
+    }
 }
 
 impl BufferKind {

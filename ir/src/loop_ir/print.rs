@@ -109,9 +109,9 @@ impl Program {
                     loops,
                     body,
                     target,
-                    accumulate,
+                    combine,
                 } => {
-                    let how = if *accumulate { "add" } else { "write" };
+                    let how = combine.name();
                     let _ = writeln!(
                         out,
                         "buffer {} (#{i}): {shape} = copy of {}, then {how} over [{}] ({}) at [{}]{from}",

@@ -400,6 +400,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
             one(super::overwrite::copy(l, x, src)?)
         }
         "scatter" | "scatter_add" => one(super::overwrite::scatter(l, n, name == "scatter_add")?),
+        "scatter_reduce" => one(super::overwrite::scatter_reduce(l, n)?),
         "select" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;

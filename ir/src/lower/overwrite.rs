@@ -11,8 +11,8 @@ use super::promote::compute_dtype;
 use super::routing::ScatterStep;
 use super::views::{assert_equal, expand, slice, slice_range, wrap_index};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
-use crate::graph::{DType, GraphNode};
-use crate::loop_ir::BodyBuilder;
+use crate::graph::{Arg, DType, GraphNode, Scalar};
+use crate::loop_ir::{BinaryOp, BodyBuilder, Constant, ScatterCombine};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -157,6 +157,34 @@ fn pick(
 /// row-major order wins, as ATen's serial kernel (its parallel ones leave it unspecified).
 pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTensor> {
     let x = tensor(l, n, "self")?;
+    let values = match n.arg("src") {
+        Some(_) => Values::Src,
+        None => Values::Number(scalar_arg(n, "value")?),
+    };
+    let combine = if accumulate {
+        ScatterCombine::Add
+    } else {
+        ScatterCombine::Write
+    };
+    scatter_into(l, n, x, values, combine)
+}
+
+/// What a scatter puts at its targets: the node's `src`, or one number.
+#[derive(Clone, Copy)]
+enum Values {
+    Src,
+    Number(Scalar),
+}
+
+/// `x` with, for every position `p` of the node's `index` in row-major order, the value at `p`
+/// combined into `x[p with dim = index[p]]`.
+fn scatter_into(
+    l: &mut Lowerer,
+    n: &GraphNode,
+    x: LTensor,
+    values: Values,
+    combine: ScatterCombine,
+) -> R<LTensor> {
     let index = tensor(l, n, "index")?;
     let rank = x.sizes.len();
     let dim = dim_arg(l, n, "dim", rank)?;
@@ -169,8 +197,8 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
             index.sizes.len()
         ));
     }
-    let src = match n.arg("src") {
-        Some(_) => {
+    let src = match values {
+        Values::Src => {
             let src = tensor(l, n, "src")?;
             if src.sizes.len() != rank {
                 return msg(format!(
@@ -180,7 +208,7 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
             }
             Some(src)
         }
-        None => None,
+        Values::Number(_) => None,
     };
     // The index may not exceed the source anywhere, nor the tensor off `dim`.
     for k in 0..rank {
@@ -204,10 +232,6 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
             }
         }
     }
-    let value = match src {
-        Some(_) => None,
-        None => Some(scalar_arg(n, "value")?),
-    };
     let (xd, cd) = (x.dtype, compute_dtype(x.dtype));
     let size = x.sizes[dim];
     let base = l.realize(x, &n.name);
@@ -223,10 +247,10 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
     c.body.bind(t, i, size);
     let mut at = vars.clone();
     at[dim] = t;
-    let v = match (&src, value) {
+    let v = match (&src, values) {
         (Some(s), _) => (s.loader)(&mut c, &vars),
-        (None, Some(v)) => scalar_value(&mut c, v, cd),
-        (None, None) => unreachable!("a source or a value"),
+        (None, Values::Number(v)) => scalar_value(&mut c, v, cd),
+        (None, Values::Src) => unreachable!("a source was read"),
     };
     let v = c.body.cast(v, cd);
     let step = ScatterStep {
@@ -234,7 +258,105 @@ pub(super) fn scatter(l: &mut Lowerer, n: &GraphNode, accumulate: bool) -> R<LTe
         vars,
         body: body.finish(v),
         at,
-        accumulate,
+        combine,
     };
     Ok(step.add(l, &base, xd, &n.name))
+}
+
+/// `scatter_reduce.two`: `sum`, `prod`, `amax`, `amin` combine each value into its target
+/// (NaN propagates); `mean` sums, then divides by the values that met each target (plus one for
+/// `self`; integers by floor division, as ATen). With `include_self=False` every target first
+/// holds the combination's identity, so only the values count; untouched elements keep `self`.
+pub(super) fn scatter_reduce(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let reduce = match n.arg("reduce") {
+        Some(Arg::Str(s)) => s.clone(),
+        other => return msg(format!("reduce must be a string, found {other:?}")),
+    };
+    let combine = match reduce.as_str() {
+        "sum" | "mean" => ScatterCombine::Add,
+        "prod" => ScatterCombine::Mul,
+        "amax" => ScatterCombine::Max,
+        "amin" => ScatterCombine::Min,
+        other => {
+            return msg(format!(
+                "reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', found '{other}'"
+            ))
+        }
+    };
+    let include_self = !matches!(n.arg("include_self"), Some(Arg::Bool(false)));
+    let x = tensor(l, n, "self")?;
+    let dtype = x.dtype;
+    if dtype == DType::Bool {
+        return msg("scatter_reduce of bools is not supported");
+    }
+    let identity = match (combine, dtype.is_float()) {
+        (ScatterCombine::Mul, true) => Scalar::Float(1.0),
+        (ScatterCombine::Max, true) => Scalar::Float(f64::NEG_INFINITY),
+        (ScatterCombine::Min, true) => Scalar::Float(f64::INFINITY),
+        (_, true) => Scalar::Float(0.0),
+        (ScatterCombine::Mul, false) => Scalar::Int(l.env.pool_mut().constant(1)),
+        (ScatterCombine::Max | ScatterCombine::Min, false) => {
+            let (lo, hi) = dtype.int_range().expect("an integer dtype");
+            let v = if combine == ScatterCombine::Max {
+                lo
+            } else {
+                hi
+            };
+            Scalar::Int(l.env.pool_mut().constant(v))
+        }
+        (_, false) => Scalar::Int(l.env.pool_mut().zero()),
+    };
+    let start = if include_self {
+        x.clone()
+    } else {
+        scatter_into(
+            l,
+            n,
+            x.clone(),
+            Values::Number(identity),
+            ScatterCombine::Write,
+        )?
+    };
+    let combined = scatter_into(l, n, start, Values::Src, combine)?;
+    if reduce != "mean" {
+        return Ok(combined);
+    }
+    // How many values met each element (and `self`, when included).
+    let first = i64::from(include_self);
+    let seed = {
+        let one = l.env.pool_mut().constant(first);
+        let ld: Loader =
+            Rc::new(move |c: &mut Ctx, _: &[Expr]| scalar_value(c, Scalar::Int(one), DType::I64));
+        LTensor::lazy(DType::I64, x.sizes.clone(), ld)
+    };
+    let one = Scalar::Int(l.env.pool_mut().one());
+    let counts = scatter_into(l, n, seed, Values::Number(one), ScatterCombine::Add)?;
+    let (lc, ln) = (combined.loader.clone(), counts.loader.clone());
+    let cd = compute_dtype(dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let sum = lc(c, idx);
+        let count = ln(c, idx);
+        let zero = c.body.constant(Constant::Int(0), DType::I64);
+        let none = c.body.binary(BinaryOp::Eq, count, zero);
+        let count = c.body.cast(count, cd);
+        let op = if cd.is_float() {
+            BinaryOp::Div
+        } else {
+            BinaryOp::FloorDiv
+        };
+        // (Untouched elements keep `self`, never divided by 0.)
+        let one = c.body.constant(
+            if cd.is_float() {
+                Constant::float(1.0)
+            } else {
+                Constant::Int(1)
+            },
+            cd,
+        );
+        let safe = c.body.where_(none, one, count);
+        let mean = c.body.binary(op, sum, safe);
+        let v = c.body.where_(none, sum, mean);
+        c.body.cast(v, dtype)
+    });
+    Ok(LTensor::lazy(dtype, x.sizes.clone(), loader))
 }

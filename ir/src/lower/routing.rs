@@ -10,7 +10,7 @@ use super::{compute_dtype, Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
 use crate::loop_ir::{
     BinaryOp, BodyBuilder, BufferKind, Check, Constant, ExternKernel, Layout, Loops, ReductionKind,
-    ScanKind, UnaryOp,
+    ScanKind, ScatterCombine, UnaryOp,
 };
 use crate::sym::{Expr, SymbolId};
 
@@ -198,7 +198,11 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         vars,
         body: body.finish(v),
         at: src,
-        accumulate,
+        combine: if accumulate {
+            ScatterCombine::Add
+        } else {
+            ScatterCombine::Write
+        },
     };
     Ok(step.add(l, &base, xd, &n.name))
 }
@@ -210,7 +214,7 @@ pub(super) struct ScatterStep {
     pub vars: Vec<Expr>,
     pub body: crate::loop_ir::Body,
     pub at: Vec<Expr>,
-    pub accumulate: bool,
+    pub combine: ScatterCombine,
 }
 
 impl ScatterStep {
@@ -231,7 +235,7 @@ impl ScatterStep {
             },
             body: self.body,
             target,
-            accumulate: self.accumulate,
+            combine: self.combine,
         };
         l.add_buffer(kind, dtype, &base.sizes, origin)
     }

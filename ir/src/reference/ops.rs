@@ -1551,6 +1551,7 @@ pub(super) fn run_node(
             conv::upsample_nearest2d(&n, name.starts_with('_'))
         }
         "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
+        "scatter_reduce" => overwrite::scatter_reduce(&n),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),

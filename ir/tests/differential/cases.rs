@@ -81,6 +81,31 @@ pub const SCATTER_CASES: &[(&str, &str)] = &[
         "aten.scatter_add.default",
         r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}}"#,
     ),
+    // Every reduction, with and without self, floats and integers.
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}, "reduce": "sum", "include_self": false}"#,
+    ),
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}, "reduce": "prod"}"#,
+    ),
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "i"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "i"}, "reduce": "amax", "include_self": false}"#,
+    ),
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "x"}, "dim": 1, "index": {"tensor": "i"}, "src": {"tensor": "x"}, "reduce": "amin"}"#,
+    ),
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "h"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "h"}, "reduce": "mean"}"#,
+    ),
+    (
+        "aten.scatter_reduce.two",
+        r#"{"self": {"tensor": "i"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "i"}, "reduce": "mean", "include_self": false}"#,
+    ),
 ];
 
 pub const CASES: &[(&str, &str)] = &[

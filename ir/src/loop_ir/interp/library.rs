@@ -4,7 +4,7 @@
 use super::scalar::{combine, order_key, scan_combine};
 use super::{store, Storage, V};
 use crate::loop_ir::{
-    Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind, ScanKind,
+    Buffer, BufferId, BufferKind, ExternKernel, Program, ReductionKind, ScanKind, ScatterCombine,
 };
 use crate::sym::{Bindings, Expr};
 
@@ -143,14 +143,14 @@ impl Program {
         Ok(sums.into_iter().map(|v| store(buf.dtype, v)).collect())
     }
 
-    /// A copy of the base, then the body's values written or added at their targets in order.
+    /// A copy of the base, then the body's values combined with their targets in order.
     pub(super) fn scatter(&self, buf: &Buffer, storage: &Storage, b: &mut Bindings) -> R<Vec<V>> {
         let BufferKind::Scatter {
             base,
             loops,
             body,
             target,
-            accumulate,
+            combine: how,
         } = &buf.kind
         else {
             unreachable!("called for scatter buffers")
@@ -185,10 +185,16 @@ impl Program {
                 .get_mut(at as usize)
                 .filter(|_| at >= 0)
                 .ok_or_else(|| format!("scatter out of bounds at {at}"))?;
-            *slot = if *accumulate {
-                store(buf.dtype, combine(ReductionKind::Sum, buf.dtype, *slot, v))
-            } else {
-                store(buf.dtype, v)
+            let kind = match how {
+                ScatterCombine::Write => None,
+                ScatterCombine::Add => Some(ReductionKind::Sum),
+                ScatterCombine::Mul => Some(ReductionKind::Prod),
+                ScatterCombine::Max => Some(ReductionKind::Max),
+                ScatterCombine::Min => Some(ReductionKind::Min),
+            };
+            *slot = match kind {
+                Some(k) => store(buf.dtype, combine(k, buf.dtype, *slot, v)),
+                None => store(buf.dtype, v),
             };
             next_index(&mut idx, &ranges);
         }

@@ -163,3 +163,86 @@ pub(super) fn scatter(n: &Node, accumulate: bool) -> R<Vec<HostTensor>> {
     }
     Ok(vec![build(d, x.shape.clone(), out)])
 }
+
+/// `scatter_reduce.two`, value by value in the index's row-major order: each target starts from
+/// `self` (or, without `include_self`, from the combination's identity when first met), takes each
+/// value by `sum`, `prod`, `amax`, `amin` (NaN propagating) rounded per step, and `mean` divides
+/// the sum by the values met (plus one for `self`; integers by floor division).
+pub(super) fn scatter_reduce(n: &Node) -> R<Vec<HostTensor>> {
+    let (x, index, src) = (n.tensor("self")?, n.tensor("index")?, n.tensor("src")?);
+    let reduce = match n.node.arg("reduce") {
+        Some(crate::graph::Arg::Str(s)) => s.clone(),
+        _ => return fail("reduce must be a string"),
+    };
+    let include_self = !matches!(
+        n.node.arg("include_self"),
+        Some(crate::graph::Arg::Bool(false))
+    );
+    let rank = x.shape.len();
+    let dim = wrap(n.int("dim")?, rank)?;
+    let fits = index.shape.len() == rank
+        && src.shape.len() == rank
+        && (0..rank)
+            .all(|k| (k == dim || index.shape[k] <= x.shape[k]) && index.shape[k] <= src.shape[k]);
+    if !fits || index.dtype.is_float() {
+        return fail("scatter_reduce: the index does not fit the tensor and the source");
+    }
+    let d = x.dtype;
+    let float = d.is_float();
+    let step = |a: E, b: E| -> R<E> {
+        Ok(match (reduce.as_str(), float) {
+            ("sum" | "mean", true) => E::F(round_to(d, a.f() + b.f())),
+            ("sum" | "mean", false) => to(d, E::I(a.i().wrapping_add(b.i()))),
+            ("prod", true) => E::F(round_to(d, a.f() * b.f())),
+            ("prod", false) => to(d, E::I(a.i().wrapping_mul(b.i()))),
+            ("amax", _) => super::nan_max(a, b),
+            ("amin", _) => super::nan_min(a, b),
+            (other, _) => return fail(format!("reduce '{other}' is not one of ATen's")),
+        })
+    };
+    let identity = match (reduce.as_str(), float) {
+        ("prod", true) => E::F(1.0),
+        ("prod", false) => E::I(1),
+        ("amax", true) => E::F(f64::NEG_INFINITY),
+        ("amin", true) => E::F(f64::INFINITY),
+        ("amax", false) => E::I(d.int_range().map_or(0, |r| r.0)),
+        ("amin", false) => E::I(d.int_range().map_or(0, |r| r.1)),
+        (_, true) => E::F(0.0),
+        (_, false) => E::I(0),
+    };
+    let xs = strides(&x.shape);
+    let mut out: Vec<E> = (0..x.numel()).map(|i| elem(&x, i)).collect();
+    let mut met = vec![0i64; out.len()];
+    for i in 0..index.numel() {
+        let mut p = unflatten(i, &index.shape);
+        let v = to(d, elem(&src, flat(&p, &strides(&src.shape))));
+        let t = elem(&index, i).i();
+        if t < 0 || t >= x.shape[dim] as i64 {
+            return fail(format!(
+                "index {t} is out of bounds for dimension {dim} with size {}",
+                x.shape[dim]
+            ));
+        }
+        p[dim] = t as usize;
+        let o = flat(&p, &xs);
+        if met[o] == 0 && !include_self {
+            out[o] = identity;
+        }
+        out[o] = step(out[o], v)?;
+        met[o] += 1;
+    }
+    if reduce == "mean" {
+        for (o, &m) in met.iter().enumerate() {
+            let count = m + i64::from(include_self);
+            if m == 0 {
+                continue;
+            }
+            out[o] = if float {
+                E::F(out[o].f() / count as f64)
+            } else {
+                E::I(out[o].i().div_euclid(count))
+            };
+        }
+    }
+    Ok(vec![build(d, x.shape.clone(), out)])
+}
