@@ -423,6 +423,24 @@ class ExportTest(unittest.TestCase):
         for n in [2, 9, 500]:
             assert_runs_like_torch(self, e, Aggregate(), inputs(6, n), rtol=1e-4, atol=1e-5)
 
+    def test_fmax_and_fmin_ignore_one_nan(self):
+        # NaN on one side gives the other value; on both, NaN; integers compare plainly.
+        class NanAware(torch.nn.Module):
+            def forward(self, a, b):
+                ints = torch.nan_to_num(a).round().long(), torch.nan_to_num(b).round().long()
+                return torch.fmax(a, b), torch.fmin(a, b), torch.fmax(*ints), torch.fmin(*ints)
+
+        def inputs(n):
+            a, b = torch.randn(n, 3), torch.randn(n, 3)
+            a[::2, 0] = float("nan")
+            b[::3, :2] = float("nan")
+            return [a, b]
+
+        n = torch.export.Dim("n", min=1, max=1024)
+        e = guardless.export(NanAware(), tuple(inputs(4)), dynamic_shapes={"a": {0: n}, "b": {0: n}})
+        for rows in [1, 7, 100]:
+            assert_runs_like_torch(self, e, NanAware(), inputs(rows), equal_nan=True)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

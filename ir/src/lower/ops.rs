@@ -116,6 +116,26 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 c.body.binary(bin, v[0], other)
             })?)
         }
+        "fmax" | "fmin" => {
+            // maximum/minimum ignoring NaN: NaN only where both are.
+            let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
+            let t = result_type(&[&a, &b])?;
+            let bin = if name == "fmax" {
+                BinaryOp::Max
+            } else {
+                BinaryOp::Min
+            };
+            one(map(l, &[a, b], t, t, move |c, v| {
+                let m = c.body.binary(bin, v[0], v[1]);
+                if !c.body.dtype(v[0]).is_float() {
+                    return m;
+                }
+                let a_nan = c.body.binary(BinaryOp::Ne, v[0], v[0]);
+                let b_nan = c.body.binary(BinaryOp::Ne, v[1], v[1]);
+                let m = c.body.where_(b_nan, v[0], m);
+                c.body.where_(a_nan, v[1], m)
+            })?)
+        }
         "mul" | "maximum" | "minimum" | "bitwise_and" | "bitwise_or" => {
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);
             let t = result_type(&[&a, &b])?;

@@ -571,6 +571,18 @@ pub(super) fn run_node(
                 })
             })?)
         }
+        "fmax" | "fmin" => {
+            let (a, c) = (n.operand("self")?, n.operand("other")?);
+            let d = result_type(&[&a, &c])?;
+            out(elementwise(&[&a, &c], d, d, |v| {
+                Ok(match (v[0], v[1]) {
+                    (E::F(x), E::F(y)) if name == "fmax" => E::F(x.max(y)),
+                    (E::F(x), E::F(y)) => E::F(x.min(y)),
+                    (x, y) if name == "fmax" => E::I(x.i().max(y.i())),
+                    (x, y) => E::I(x.i().min(y.i())),
+                })
+            })?)
+        }
         "mul" | "maximum" | "minimum" | "bitwise_and" | "bitwise_or" | "pow" => {
             let a = n.operand("self")?;
             let c = n.operand(if name == "pow" { "exponent" } else { "other" })?;

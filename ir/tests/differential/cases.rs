@@ -118,6 +118,19 @@ pub const CASES: &[(&str, &str)] = &[
         r#"{"self": {"tensor": "i"}, "dim": 0, "keepdim": true}"#,
     ),
     ("aten.expm1.default", r#"{"self": {"tensor": "x"}}"#),
+    // NaN on one side (log of negatives) is ignored; on both, kept.
+    (
+        "aten.fmax.default",
+        r#"{"self": {"tensor": "x"}, "other": {"tensor": "y"}}"#,
+    ),
+    (
+        "aten.fmin.default",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "h"}}"#,
+    ),
+    (
+        "aten.fmax.default",
+        r#"{"self": {"tensor": "i"}, "other": {"tensor": "i"}}"#,
+    ),
     ("aten.log2.default", r#"{"self": {"tensor": "x"}}"#),
     ("aten.log10.default", r#"{"self": {"tensor": "h"}}"#),
     ("aten.exp2.default", r#"{"self": {"tensor": "i"}}"#),
