@@ -345,6 +345,16 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
             "the view reaches element 5*u0 of a storage of 5*u0",
         ),
         (
+            "aten._cdist_forward.default",
+            r#"{"x1": {"tensor": "x"}, "x2": {"tensor": "y"}, "p": 2.0, "compute_mode": null}"#,
+            "cdist takes tensors of at least two dimensions",
+        ),
+        (
+            "aten._cdist_forward.default",
+            r#"{"x1": {"tensor": "x"}, "x2": {"tensor": "x"}, "p": -1.0, "compute_mode": null}"#,
+            "p must be a non-negative number, found -1",
+        ),
+        (
             "aten.bucketize.Tensor",
             r#"{"self": {"tensor": "x"}, "boundaries": {"tensor": "x"}}"#,
             "the boundaries must have exactly one dimension, not 2",

@@ -441,6 +441,28 @@ class ExportTest(unittest.TestCase):
         for rows in [1, 7, 100]:
             assert_runs_like_torch(self, e, NanAware(), inputs(rows), equal_nan=True)
 
+    def test_cdist(self):
+        # A codebook lookup (nearest code by Euclidean distance) and other norms, a symbolic
+        # number of queries, batch dimensions broadcast.
+        class Distances(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.codes = torch.nn.Parameter(torch.randn(16, 8))
+
+            def forward(self, q):
+                # (The default mode switches to a matmul past 25 rows: torch.export guards on it.)
+                d = torch.cdist(q, self.codes, compute_mode="donot_use_mm_for_euclid_dist")
+                return (d.argmin(-1), d, torch.cdist(q, q, p=1.0), torch.cdist(q, self.codes, p=float("inf")),
+                        torch.cdist(q[:1], q, p=0.5))
+
+        torch.manual_seed(0)
+        model = Distances()
+        e = guardless.export(model, (torch.randn(2, 5, 8),),
+                             dynamic_shapes={"q": {1: torch.export.Dim("n", min=1, max=4096)}})
+        self.assertIn("aten._cdist_forward.default", {n["op"] for n in e.graph["nodes"]})
+        for n in [1, 5, 300]:
+            assert_runs_like_torch(self, e, model, [torch.randn(2, n, 8)], rtol=1e-4, atol=1e-4)
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

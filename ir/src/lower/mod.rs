@@ -6,6 +6,7 @@
 
 mod avg_pool;
 mod conv;
+mod distance;
 mod math;
 mod norms;
 mod ops;

@@ -116,6 +116,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 c.body.binary(bin, v[0], other)
             })?)
         }
+        "_cdist_forward" => one(super::distance::cdist(l, n)?),
         "fmax" | "fmin" => {
             // maximum/minimum ignoring NaN: NaN only where both are.
             let (a, b) = (tensor(l, n, "self")?, tensor(l, n, "other")?);

@@ -7,6 +7,7 @@ use crate::tensor::{round_to, wrap_to, Data, HostTensor};
 
 mod avg_pool;
 mod conv;
+mod distance;
 mod math;
 mod norms;
 mod overwrite;
@@ -571,6 +572,7 @@ pub(super) fn run_node(
                 })
             })?)
         }
+        "_cdist_forward" => distance::cdist(&n),
         "fmax" | "fmin" => {
             let (a, c) = (n.operand("self")?, n.operand("other")?);
             let d = result_type(&[&a, &c])?;

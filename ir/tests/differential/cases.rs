@@ -505,6 +505,28 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.logcumsumexp.default",
         r#"{"self": {"tensor": "x"}, "dim": 0}"#,
     ),
+    // Distances between rows: batch dimensions broadcast, every kind of p (sizes linear in u0:
+    // the emulated device runs every case).
+    (
+        "aten._cdist_forward.default",
+        r#"{"x1": {"tensor": "o"}, "x2": {"tensor": "c3"}, "p": 2.0, "compute_mode": null}"#,
+    ),
+    (
+        "aten._cdist_forward.default",
+        r#"{"x1": {"tensor": "c3"}, "x2": {"tensor": "o"}, "p": 1.0, "compute_mode": 2}"#,
+    ),
+    (
+        "aten._cdist_forward.default",
+        r#"{"x1": {"tensor": "o"}, "x2": {"tensor": "c3"}, "p": {"float": "inf"}, "compute_mode": null}"#,
+    ),
+    (
+        "aten._cdist_forward.default",
+        r#"{"x1": {"tensor": "o"}, "x2": {"tensor": "o"}, "p": 0.0, "compute_mode": null}"#,
+    ),
+    (
+        "aten._cdist_forward.default",
+        r#"{"x1": {"tensor": "c3"}, "x2": {"tensor": "o"}, "p": 3.0, "compute_mode": null}"#,
+    ),
     // Views over a tensor's storage: a transpose, overlapping windows, an offset.
     (
         "aten.as_strided.default",

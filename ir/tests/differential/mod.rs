@@ -263,7 +263,7 @@ pub fn judge(
 
 /// A one-node graph over `x: f32[u0, 5]` (and `y: f32[5]`, `i: i64[u0, 5]`, `m: bool[u0, 5]`,
 /// `h: bf16[u0, 5]`, `z: f32[3, u0, 2]`, weights `w: f32[5, 4]`, `bw: f32[3, 2, 4]`, `b4: f32[4]`,
-/// `ids: i64[u0]`, `s2: f32[u0, 2]`, `o: f32[u0, 1, 3]`), `u0` unbacked.
+/// `ids: i64[u0]`, `s2: f32[u0, 2]`, `o: f32[u0, 1, 3]`, `c3: f32[4, 3]`), `u0` unbacked.
 pub fn one_op(op: &str, args: &str) -> Graph {
     one_op_outputs(op, args, r#"{"tensor": "out"}"#)
 }
@@ -295,7 +295,8 @@ fn graph_text(name: &str, nodes: &str, outputs: &str) -> String {
                        {{"name": "h", "dtype": "bf16", "shape": ["u0", 5]}}, {{"name": "z", "dtype": "f32", "shape": [3, "u0", 2]}},
                        {{"name": "w", "dtype": "f32", "shape": [5, 4]}}, {{"name": "bw", "dtype": "f32", "shape": [3, 2, 4]}},
                        {{"name": "b4", "dtype": "f32", "shape": [4]}}, {{"name": "ids", "dtype": "i64", "shape": ["u0"]}},
-                       {{"name": "s2", "dtype": "f32", "shape": ["u0", 2]}}, {{"name": "o", "dtype": "f32", "shape": ["u0", 1, 3]}}],
+                       {{"name": "s2", "dtype": "f32", "shape": ["u0", 2]}}, {{"name": "o", "dtype": "f32", "shape": ["u0", 1, 3]}},
+                       {{"name": "c3", "dtype": "f32", "shape": [4, 3]}}],
             "nodes": [{nodes}],
             "outputs": [{outputs}]}}"#
     )
