@@ -345,6 +345,21 @@ fn a_strided_view_past_its_storage_is_a_runtime_assert() {
 }
 
 #[test]
+fn a_masked_scatter_short_of_source_is_a_clean_error() {
+    // 5 source elements for up to 5·u0 true positions: both refuse once the mask has more.
+    let g = one_op(
+        "aten.masked_scatter.default",
+        r#"{"self": {"tensor": "x"}, "mask": {"tensor": "m"}, "source": {"tensor": "y"}}"#,
+    );
+    let b = bindings_of("masked_scatter", &g, &[("u0", 40)]);
+    let inputs = random_inputs(&g, &b, 3, (0, 2));
+    let err = lower(&g).unwrap().run(&inputs, &b).unwrap_err().to_string();
+    assert!(err.contains("out of range") || err.contains("index"), "{err}");
+    assert!(!differential("masked_scatter", &g, &[("u0", 40)], 3, false));
+    assert!(differential("masked_scatter", &g, &[("u0", 0)], 3, false));
+}
+
+#[test]
 fn attention_matches_the_reference() {
     for (dtype, causal, gqa, mask) in [
         ("f32", true, true, false),

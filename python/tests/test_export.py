@@ -463,6 +463,26 @@ class ExportTest(unittest.TestCase):
         for n in [1, 5, 300]:
             assert_runs_like_torch(self, e, model, [torch.randn(2, n, 8)], rtol=1e-4, atol=1e-4)
 
+    def test_masked_scatter_of_image_features(self):
+        # A vision-language model's merge: image-token positions of the text embeddings take the
+        # image features in order, at a symbolic sequence length.
+        class Merge(torch.nn.Module):
+            def forward(self, ids, embeds, image):
+                mask = (ids == 7).unsqueeze(-1).expand_as(embeds)
+                return embeds.masked_scatter(mask, image) * 2
+
+        def inputs(seq, images):
+            ids = torch.randint(0, 6, (1, seq))
+            ids[0, torch.randperm(seq)[:images]] = 7
+            return [ids, torch.randn(1, seq, 8), torch.randn(images, 8)]
+
+        seq, images = torch.export.Dim("seq", min=4, max=4096), torch.export.Dim("images", min=1, max=4096)
+        e = guardless.export(Merge(), tuple(inputs(16, 3)),
+                             dynamic_shapes={"ids": {1: seq}, "embeds": {1: seq}, "image": {0: images}})
+        self.assertIn("aten.masked_scatter.default", {n["op"] for n in e.graph["nodes"]})
+        for s_, i_ in [(4, 1), (16, 3), (600, 200)]:
+            assert_runs_like_torch(self, e, Merge(), inputs(s_, i_))
+
     def test_float_size_arithmetic_is_named_once(self):
         # Bicubic upsampling decomposes with size ratios as Python floats: the error names those
         # nodes and why, not every node downstream of them.

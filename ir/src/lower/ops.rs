@@ -422,6 +422,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         }
         "scatter" | "scatter_add" => one(super::overwrite::scatter(l, n, name == "scatter_add")?),
         "scatter_reduce" => one(super::overwrite::scatter_reduce(l, n)?),
+        "masked_scatter" => one(super::overwrite::masked_scatter(l, n)?),
         "select" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;
@@ -1448,7 +1449,7 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
 
 /// The inclusive scan of `kind` of `x` (converted to `dtype`) along `dim`, with the contiguous
 /// input it scans; a 0-d tensor is its own scan.
-fn scan(
+pub(super) fn scan(
     l: &mut Lowerer,
     n: &GraphNode,
     x: LTensor,

@@ -6,13 +6,13 @@
 
 use std::rc::Rc;
 
-use super::ops::{dim_arg, msg, scalar_arg, scalar_value, tensor};
+use super::ops::{dim_arg, map, msg, scalar_arg, scalar_value, tensor};
 use super::promote::compute_dtype;
 use super::routing::ScatterStep;
-use super::views::{assert_equal, expand, slice, slice_range, wrap_index};
+use super::views::{assert_equal, broadcast, expand, numel, slice, slice_range, view, wrap_index};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
-use crate::loop_ir::{BinaryOp, BodyBuilder, Constant, ScatterCombine};
+use crate::loop_ir::{BinaryOp, BodyBuilder, Constant, ScanKind, ScatterCombine};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -359,4 +359,60 @@ pub(super) fn scatter_reduce(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         c.body.cast(v, dtype)
     });
     Ok(LTensor::lazy(dtype, x.sizes.clone(), loader))
+}
+
+/// `masked_scatter`: where the mask (broadcast with `self`) is true, the next element of
+/// `source` in row-major order; elsewhere `self`. Each true position's rank among the true ones
+/// is a running count (a scan of the flattened mask), read back as a bounds-checked index into
+/// the flattened source: a source with too few elements is a runtime error naming the node.
+pub(super) fn masked_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let (x, mask, source) = (
+        tensor(l, n, "self")?,
+        tensor(l, n, "mask")?,
+        tensor(l, n, "source")?,
+    );
+    if mask.dtype != DType::Bool {
+        return msg(format!("the mask must be bool, found {}", mask.dtype));
+    }
+    if source.dtype != x.dtype {
+        return msg(format!(
+            "source of {} for a tensor of {}",
+            source.dtype, x.dtype
+        ));
+    }
+    let (sizes, ex) = broadcast(l, &[x, mask])?;
+    let (x, mask) = (ex[0].clone(), ex[1].clone());
+    let total = numel(l, &sizes);
+    // The running count of true positions, over the flattened mask.
+    let ones = map(l, &[mask.clone()], DType::Bool, DType::I64, |_, v| v[0])?;
+    let ones = l.realize(ones, &n.name);
+    let flat = view(l, ones, &[total])?;
+    let (_, counts) = super::ops::scan(l, n, flat, 0, ScanKind::Sum, DType::I64)?;
+    let counts = view(l, counts, &sizes)?;
+    let src_len = numel(l, &source.sizes);
+    let source = view(l, source, &[src_len])?;
+    let (lx, lm, lc, ls) = (
+        x.loader.clone(),
+        mask.loader.clone(),
+        counts.loader.clone(),
+        source.loader.clone(),
+    );
+    let dtype = x.dtype;
+    let cd = compute_dtype(dtype);
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let keep = lx(c, idx);
+        let take = lm(c, idx);
+        let outer = c.body.enter_mask(take);
+        let count = lc(c, idx);
+        let one = c.body.constant(Constant::Int(1), DType::I64);
+        let at = c.body.binary(BinaryOp::Sub, count, one);
+        let t = c.env.new_index_var("t", src_len);
+        c.body.bind(t, at, src_len);
+        let v = ls(c, &[t]);
+        let v = c.body.cast(v, cd);
+        c.body.exit_mask(outer);
+        let keep = c.body.cast(keep, cd);
+        c.body.where_(take, v, keep)
+    });
+    Ok(LTensor::lazy(dtype, sizes, loader))
 }

@@ -1566,6 +1566,7 @@ pub(super) fn run_node(
         }
         "scatter" | "scatter_add" => overwrite::scatter(&n, name == "scatter_add"),
         "scatter_reduce" => overwrite::scatter_reduce(&n),
+        "masked_scatter" => overwrite::masked_scatter(&n),
         "cat" => {
             let ts: Vec<HostTensor> = match node.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.iter().flatten().map(get).collect(),

@@ -81,6 +81,15 @@ pub const SCATTER_CASES: &[(&str, &str)] = &[
         "aten.scatter_add.default",
         r#"{"self": {"tensor": "x"}, "dim": 0, "index": {"tensor": "i"}, "src": {"tensor": "x"}}"#,
     ),
+    // Rows of `m` true take the source's elements in order (the source `x` always has enough).
+    (
+        "aten.masked_scatter.default",
+        r#"{"self": {"tensor": "x"}, "mask": {"tensor": "m"}, "source": {"tensor": "x"}}"#,
+    ),
+    (
+        "aten.masked_scatter.default",
+        r#"{"self": {"tensor": "y"}, "mask": {"tensor": "m"}, "source": {"tensor": "x"}}"#,
+    ),
     // Every reduction, with and without self, floats and integers.
     (
         "aten.scatter_reduce.two",

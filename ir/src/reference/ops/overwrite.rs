@@ -246,3 +246,33 @@ pub(super) fn scatter_reduce(n: &Node) -> R<Vec<HostTensor>> {
     }
     Ok(vec![build(d, x.shape.clone(), out)])
 }
+
+/// `masked_scatter`: the mask broadcast with `self`; its true positions, in row-major order,
+/// take the source's elements in row-major order.
+pub(super) fn masked_scatter(n: &Node) -> R<Vec<HostTensor>> {
+    let (x, mask, src) = (n.operand("self")?, n.operand("mask")?, n.tensor("source")?);
+    let shape = super::broadcast_shape(&[&x, &mask])?;
+    let d = match &x {
+        super::Operand::Tensor(t) => t.dtype,
+        super::Operand::Number(_, d) => *d,
+    };
+    let numel: usize = shape.iter().product();
+    let mut next = 0usize;
+    let mut out = Vec::with_capacity(numel);
+    for i in 0..numel {
+        let idx = unflatten(i, &shape);
+        if super::at(&mask, &idx).i() != 0 {
+            if next >= src.numel() {
+                return fail(format!(
+                    "masked_scatter: the source has {} elements, fewer than the mask's true ones",
+                    src.numel()
+                ));
+            }
+            out.push(elem(&src, next));
+            next += 1;
+        } else {
+            out.push(to(d, super::at(&x, &idx)));
+        }
+    }
+    Ok(vec![build(d, shape, out)])
+}
