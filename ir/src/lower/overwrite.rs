@@ -384,7 +384,13 @@ pub(super) fn masked_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let (x, mask) = (ex[0].clone(), ex[1].clone());
     let total = numel(l, &sizes);
     // The running count of true positions, over the flattened mask.
-    let ones = map(l, &[mask.clone()], DType::Bool, DType::I64, |_, v| v[0])?;
+    let ones = map(
+        l,
+        std::slice::from_ref(&mask),
+        DType::Bool,
+        DType::I64,
+        |_, v| v[0],
+    )?;
     let ones = l.realize(ones, &n.name);
     let flat = view(l, ones, &[total])?;
     let (_, counts) = super::ops::scan(l, n, flat, 0, ScanKind::Sum, DType::I64)?;
