@@ -83,25 +83,10 @@ __device__ __forceinline__ void gl_atomic_add(int* p, long long i, int v) { atom
 __device__ __forceinline__ void gl_atomic_add(long long* p, long long i, long long v) {
   atomicAdd((unsigned long long*)(p + i), (unsigned long long)v);
 }
-template <typename T, typename C> __device__ __forceinline__ void gl_atomic_add_narrow(T* p, long long i, C v) {
-  const unsigned long long at = (unsigned long long)(p + i);
-  unsigned int* word = (unsigned int*)(at & ~3ULL);
-  const int byte = (int)(at & 3ULL);
-  unsigned int old = *word, assumed;
-  do {
-    assumed = old;
-    union { unsigned int u; unsigned char b[4]; } w;
-    w.u = assumed;
-    T cur, next;
-    memcpy(&cur, w.b + byte, sizeof(T));
-    gl_st(&next, 0, gl_ld(&cur, 0) + v);
-    memcpy(w.b + byte, &next, sizeof(T));
-    old = atomicCAS(word, assumed, w.u);
-  } while (old != assumed);
-}
-// Scatter with a product, maximum or minimum (`f`, NaN propagating): a compare-and-swap loop over
-// the aligned word holding the element (64 bits for 8-byte types, else 32), the new value rounded
-// to the stored type per step as the host's sequential updates are.
+// Scatter with a combination `f` without a hardware atomic (a sum of a narrow type, a product, a
+// NaN-propagating maximum or minimum): a compare-and-swap loop over the aligned word holding the
+// element (64 bits for 8-byte types, else 32), the new value rounded to the stored type per step
+// as the host's sequential updates are.
 template <typename T, typename C, typename F> __device__ __forceinline__ void gl_atomic_apply(T* p, long long i, C v, F f) {
   if constexpr (sizeof(T) == 8) {
     unsigned long long* word = (unsigned long long*)(p + i);
@@ -132,6 +117,9 @@ template <typename T, typename C, typename F> __device__ __forceinline__ void gl
     } while (old != assumed);
   }
 }
+struct GlAdd {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
 struct GlMul {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
 };
@@ -144,11 +132,11 @@ struct GlMin {
 template <typename T, typename C> __device__ __forceinline__ void gl_atomic_mul(T* p, long long i, C v) { gl_atomic_apply(p, i, v, GlMul()); }
 template <typename T, typename C> __device__ __forceinline__ void gl_atomic_max(T* p, long long i, C v) { gl_atomic_apply(p, i, v, GlMax()); }
 template <typename T, typename C> __device__ __forceinline__ void gl_atomic_min(T* p, long long i, C v) { gl_atomic_apply(p, i, v, GlMin()); }
-__device__ __forceinline__ void gl_atomic_add(__nv_bfloat16* p, long long i, float v) { gl_atomic_add_narrow(p, i, v); }
-__device__ __forceinline__ void gl_atomic_add(__half* p, long long i, float v) { gl_atomic_add_narrow(p, i, v); }
-__device__ __forceinline__ void gl_atomic_add(signed char* p, long long i, int v) { gl_atomic_add_narrow(p, i, v); }
-__device__ __forceinline__ void gl_atomic_add(unsigned char* p, long long i, int v) { gl_atomic_add_narrow(p, i, v); }
-__device__ __forceinline__ void gl_atomic_add(bool* p, long long i, bool v) { gl_atomic_add_narrow(p, i, v); }
+__device__ __forceinline__ void gl_atomic_add(__nv_bfloat16* p, long long i, float v) { gl_atomic_apply(p, i, v, GlAdd()); }
+__device__ __forceinline__ void gl_atomic_add(__half* p, long long i, float v) { gl_atomic_apply(p, i, v, GlAdd()); }
+__device__ __forceinline__ void gl_atomic_add(signed char* p, long long i, int v) { gl_atomic_apply(p, i, v, GlAdd()); }
+__device__ __forceinline__ void gl_atomic_add(unsigned char* p, long long i, int v) { gl_atomic_apply(p, i, v, GlAdd()); }
+__device__ __forceinline__ void gl_atomic_add(bool* p, long long i, bool v) { gl_atomic_apply(p, i, v, GlAdd()); }
 
 // Sorting's order: element (at a, position ai) before (at b, position bi). NaN is above every
 // number; equal values keep their positions' order (a stable sort).

@@ -143,15 +143,7 @@ pub(super) fn scatter(n: &Node, accumulate: bool) -> R<Vec<HostTensor>> {
             (None, Some(v)) => to(d, super::at(v, &[])),
             (None, None) => unreachable!("a source or a value"),
         };
-        let t = elem(&index, i).i();
-        if t < 0 || t >= x.shape[dim] as i64 {
-            return fail(format!(
-                "index {t} is out of bounds for dimension {dim} with size {}",
-                x.shape[dim]
-            ));
-        }
-        p[dim] = t as usize;
-        let o = flat(&p, &xs);
+        let o = target(&index, i, &mut p, dim, &x.shape, &xs)?;
         out[o] = if accumulate {
             match (out[o], v) {
                 (E::F(a), E::F(b)) => E::F(round_to(d, a + b)),
@@ -162,6 +154,27 @@ pub(super) fn scatter(n: &Node, accumulate: bool) -> R<Vec<HostTensor>> {
         };
     }
     Ok(vec![build(d, x.shape.clone(), out)])
+}
+
+/// Where the value at index position `p` (flat `i`) of a scatter lands in the result (of `shape`,
+/// `strides`): `p` with `dim` replaced by the index there, checked against the dimension.
+fn target(
+    index: &HostTensor,
+    i: usize,
+    p: &mut [usize],
+    dim: usize,
+    shape: &[usize],
+    strides: &[usize],
+) -> R<usize> {
+    let t = elem(index, i).i();
+    if t < 0 || t >= shape[dim] as i64 {
+        return fail(format!(
+            "index {t} is out of bounds for dimension {dim} with size {}",
+            shape[dim]
+        ));
+    }
+    p[dim] = t as usize;
+    Ok(flat(p, strides))
 }
 
 /// `scatter_reduce.two`, value by value in the index's row-major order: each target starts from
@@ -216,15 +229,7 @@ pub(super) fn scatter_reduce(n: &Node) -> R<Vec<HostTensor>> {
     for i in 0..index.numel() {
         let mut p = unflatten(i, &index.shape);
         let v = to(d, elem(&src, flat(&p, &strides(&src.shape))));
-        let t = elem(&index, i).i();
-        if t < 0 || t >= x.shape[dim] as i64 {
-            return fail(format!(
-                "index {t} is out of bounds for dimension {dim} with size {}",
-                x.shape[dim]
-            ));
-        }
-        p[dim] = t as usize;
-        let o = flat(&p, &xs);
+        let o = target(&index, i, &mut p, dim, &x.shape, &xs)?;
         if met[o] == 0 && !include_self {
             out[o] = identity;
         }
