@@ -9,9 +9,9 @@ use std::rc::Rc;
 use super::ops::{map, msg, tensor};
 use super::pool::float;
 use super::promote::compute_dtype;
-use super::views::{assert_equal, broadcast, expand};
+use super::views::{assert_equal, broadcast_sizes, expand};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
-use crate::graph::{DType, GraphNode};
+use crate::graph::GraphNode;
 use crate::loop_ir::{BinaryOp, Constant, ReductionKind, UnaryOp};
 use crate::sym::Expr;
 
@@ -36,18 +36,7 @@ pub(super) fn cdist(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let features = x1.sizes[r1 - 1];
     assert_equal(l, features, x2.sizes[r2 - 1], "the feature dimension")?;
     // Batch dimensions broadcast; each operand is read at [batch…, row, feature].
-    let batch = |l: &mut Lowerer, x: &LTensor, rank: usize| {
-        let one = l.env.pool_mut().one();
-        let mut sizes = x.sizes[..rank - 2].to_vec();
-        sizes.push(one);
-        let dtype = x.dtype;
-        let ld: Loader =
-            Rc::new(move |c: &mut Ctx, _: &[Expr]| c.body.constant(Constant::Int(0), DType::I64));
-        LTensor::lazy(dtype, sizes, ld)
-    };
-    let (b1, b2) = (batch(l, &x1, r1), batch(l, &x2, r2));
-    let (batch_sizes, _) = broadcast(l, &[b1, b2])?;
-    let batch_sizes = batch_sizes[..batch_sizes.len() - 1].to_vec();
+    let batch_sizes = broadcast_sizes(l, &[&x1.sizes[..r1 - 2], &x2.sizes[..r2 - 2]])?;
     let (rows1, rows2) = (x1.sizes[r1 - 2], x2.sizes[r2 - 2]);
     let with = |rows: Expr| {
         let mut s = batch_sizes.clone();

@@ -33,13 +33,13 @@ pub(super) fn assert_equal(l: &mut Lowerer, a: Expr, b: Expr, what: &str) -> R<(
     })
 }
 
-/// The common shape of `operands` (right-aligned) and each operand read at it.
-pub(super) fn broadcast(l: &mut Lowerer, operands: &[LTensor]) -> R<(Vec<Expr>, Vec<LTensor>)> {
-    let rank = operands.iter().map(|t| t.sizes.len()).max().unwrap_or(0);
+/// The common shape of `shapes` (right-aligned), equal sizes asserted where not provable.
+pub(super) fn broadcast_sizes(l: &mut Lowerer, shapes: &[&[Expr]]) -> R<Vec<Expr>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
     let mut out: Vec<Option<Expr>> = vec![None; rank];
-    for t in operands {
-        let off = rank - t.sizes.len();
-        for (k, &s) in t.sizes.iter().enumerate() {
+    for sizes in shapes {
+        let off = rank - sizes.len();
+        for (k, &s) in sizes.iter().enumerate() {
             out[off + k] = Some(match out[off + k] {
                 None => s,
                 Some(o) if o == s => o,
@@ -52,10 +52,17 @@ pub(super) fn broadcast(l: &mut Lowerer, operands: &[LTensor]) -> R<(Vec<Expr>, 
             });
         }
     }
-    let sizes: Vec<Expr> = out
+    Ok(out
         .into_iter()
         .map(|s| s.expect("every dimension has a size"))
-        .collect();
+        .collect())
+}
+
+/// The common shape of `operands` (right-aligned) and each operand read at it.
+pub(super) fn broadcast(l: &mut Lowerer, operands: &[LTensor]) -> R<(Vec<Expr>, Vec<LTensor>)> {
+    let shapes: Vec<&[Expr]> = operands.iter().map(|t| t.sizes.as_slice()).collect();
+    let sizes = broadcast_sizes(l, &shapes)?;
+    let rank = sizes.len();
     let mut expanded = Vec::with_capacity(operands.len());
     for t in operands {
         let off = rank - t.sizes.len();
