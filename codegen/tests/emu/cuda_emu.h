@@ -1,16 +1,20 @@
 // A CPU emulation of the CUDA features the generated kernels use, so that tests can run them
-// without a GPU: one OS thread per CUDA thread, one block at a time; __syncthreads is a block
-// barrier, warp shuffles exchange through per-warp slots between two warp barriers; f16/bf16 are
-// bit-exact round-to-nearest-even conversions.
+// without a GPU: one fiber (ucontext) per CUDA thread, one block at a time on the calling OS
+// thread; __syncthreads is a block barrier, warp shuffles exchange through per-warp slots between
+// two warp barriers; f16/bf16 are bit-exact round-to-nearest-even conversions. Fibers, not OS
+// threads: a barrier is a switch of context instead of a futex wait among hundreds of threads
+// (a block of 1024 threads on two cores made a fuzzing run take minutes).
 #pragma once
 #define GUARDLESS_EMULATION 1
+#include <ucontext.h>
+
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -27,12 +31,41 @@ inline thread_local GlDim threadIdx, blockIdx;
 
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 
+// A barrier among `expected` fibers: each arrival but the last waits for the phase to move on.
+struct GlBarrier {
+  unsigned expected, arrived = 0;
+  uint64_t phase = 0;
+  void arrive_and_wait();
+};
+
+struct GlFiber {
+  ucontext_t ctx;
+  unsigned t;
+  bool done;
+  // What it waits for: the barrier, at the phase it arrived in.
+  GlBarrier* waiting;
+  uint64_t phase;
+};
+
 struct GlWarp {
-  std::barrier<> bar{32};
+  GlBarrier bar{32};
   uint64_t slots[32];
 };
-inline thread_local std::barrier<>* gl_block_barrier;
+inline thread_local GlBarrier* gl_block_barrier;
 inline thread_local GlWarp* gl_warp;
+inline thread_local ucontext_t gl_scheduler;
+inline thread_local GlFiber* gl_fiber;
+
+inline void GlBarrier::arrive_and_wait() {
+  if (++arrived == expected) {
+    arrived = 0;
+    ++phase;
+    return;
+  }
+  gl_fiber->waiting = this;
+  gl_fiber->phase = phase;
+  swapcontext(&gl_fiber->ctx, &gl_scheduler);
+}
 
 inline void __syncthreads() { gl_block_barrier->arrive_and_wait(); }
 
@@ -158,22 +191,59 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
 }  // namespace nvcuda::wmma
 
 // Runs `grid` blocks of `block` threads of `kernel`, one block after the other.
+// The kernel a block's fibers run, and the fiber stacks (allocated once, reused: 1024 threads).
+inline thread_local void (*gl_body)(void*);
+inline thread_local void* gl_body_arg;
+inline void gl_fiber_main() {
+  gl_body(gl_body_arg);
+  gl_fiber->done = true;
+  swapcontext(&gl_fiber->ctx, &gl_scheduler);
+}
+constexpr size_t GL_STACK = 256 * 1024;
+inline char* gl_stack(unsigned t) {
+  static thread_local std::vector<std::unique_ptr<char[]>> stacks;
+  while (stacks.size() <= t) stacks.emplace_back(new char[GL_STACK]);
+  return stacks[t].get();
+}
+
 template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
+  gl_body = [](void* k) { (*static_cast<F*>(k))(); };
+  gl_body_arg = &kernel;
+  std::vector<GlFiber> fibers(block);
+  std::vector<GlWarp> warps((block + 31) / 32);
   for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> bar(block);
-    std::vector<std::unique_ptr<GlWarp>> warps;
-    for (unsigned w = 0; w < (block + 31) / 32; ++w) warps.push_back(std::make_unique<GlWarp>());
-    std::vector<std::thread> threads;
-    threads.reserve(block);
+    GlBarrier bar{block};
+    for (auto& w : warps) w.bar = GlBarrier{32};
     for (unsigned t = 0; t < block; ++t) {
-      threads.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
+      GlFiber& f = fibers[t];
+      f.t = t;
+      f.done = false;
+      f.waiting = nullptr;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = gl_stack(t);
+      f.ctx.uc_stack.ss_size = GL_STACK;
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, gl_fiber_main, 0);
+    }
+    // Round robin over the fibers not done and not waiting on a barrier still in its phase.
+    for (unsigned live = block; live > 0;) {
+      bool moved = false;
+      for (auto& f : fibers) {
+        if (f.done || (f.waiting && f.waiting->phase == f.phase)) continue;
+        f.waiting = nullptr;
+        threadIdx = {f.t, 0, 0};
         blockIdx = {b, 0, 0};
         gl_block_barrier = &bar;
-        gl_warp = warps[t / 32].get();
-        kernel();
-      });
+        gl_warp = &warps[f.t / 32];
+        gl_fiber = &f;
+        swapcontext(&gl_scheduler, &f.ctx);
+        moved = true;
+        if (f.done) --live;
+      }
+      if (!moved) {
+        std::fprintf(stderr, "cuda_emu: block %u of %u: every live thread waits on a barrier\n", b, grid);
+        std::abort();
+      }
     }
-    for (auto& th : threads) th.join();
   }
 }
