@@ -1,18 +1,33 @@
 //! Differential fuzzing of the lowering: random graphs (`differential::random`: chains of views,
 //! pointwise math, reductions, normalizations, matmuls, concatenations over unbacked sizes) lowered
 //! and interpreted, against the op-level reference, at sizes from 0 to far past the hints. A
-//! failure shrinks to a short graph and prints its JSON. `PROPTEST_CASES` overrides the case count.
+//! failure shrinks to a short graph and prints its JSON. `PROPTEST_CASES` overrides the case count,
+//! `PROPTEST_RNG_SEED` the fixed seed (CI runs the same cases every time; explore with others).
 
 mod differential;
 
 use differential::random;
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(96)
+}
+
+fn config() -> ProptestConfig {
+    let default = ProptestConfig::default();
+    ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        rng_seed: match std::env::var("PROPTEST_RNG_SEED") {
+            Ok(_) => default.rng_seed,
+            Err(_) => RngSeed::Fixed(20_261_202),
+        },
+        ..default
+    }
 }
 
 /// Runs `text`'s graph at every [`random::VALUES`] entry; on a mismatch, panics with the graph.
@@ -37,7 +52,7 @@ fn check(g: &guardless_ir::graph::Graph, text: &str, seed: u64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn random_graphs_lower_to_what_the_reference_computes(

@@ -79,7 +79,7 @@ fn assert_text(f: &Fact, vals: &[i64]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(common::fixed_seed(cases()))]
 
     #[test]
     fn learning_never_excludes_a_point_where_the_asserts_hold(

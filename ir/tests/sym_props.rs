@@ -23,7 +23,7 @@ fn bind(env: &ShapeEnv, vals: &[i64]) -> Bindings {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(common::fixed_seed(cases()))]
 
     /// (a) simplification keeps the value and keeps divisions by zero; (b) the value lies in
     /// `bound`; (d) nothing panics.

@@ -789,6 +789,16 @@ fn render_bodies(
                 }
             }
             if let (true, Some(v)) = (vectorize, innermost) {
+                // Variables bound in the body from loaded indices (gather, embedding) exist only
+                // inside the element loop: a load whose address uses one cannot move ahead of it.
+                let bound: Vec<SymbolId> = body
+                    .ops
+                    .iter()
+                    .filter_map(|&(op, _)| match op {
+                        guardless_ir::loop_ir::Op::Bind { var, .. } => p.env.pool().as_symbol(var),
+                        _ => None,
+                    })
+                    .collect();
                 for (i, &(op, _)) in body.ops.iter().enumerate() {
                     let guardless_ir::loop_ir::Op::Load {
                         buffer,
@@ -805,9 +815,15 @@ fn render_bodies(
                         continue;
                     }
                     let dt = p.buffers[buffer.index()].dtype;
-                    let Some(at) =
-                        contiguous(p, hoister, &member_vars[mi], index, v, chunk, dt.size())
-                    else {
+                    let Some(at) = contiguous(
+                        p,
+                        hoister,
+                        &member_vars[mi],
+                        (index, &bound),
+                        v,
+                        chunk,
+                        dt.size(),
+                    ) else {
                         continue;
                     };
                     let name = format!("gl_v{}_{i}", m.buffer.0);
@@ -832,7 +848,7 @@ fn render_bodies(
                     p,
                     hoister,
                     &member_vars[mi],
-                    store_index,
+                    (store_index, &[]),
                     v,
                     chunk,
                     buf.dtype.size(),
@@ -1207,7 +1223,7 @@ fn contiguous(
     p: &mut Program,
     h: &mut hoist::Hoister,
     vars: &[(SymbolId, Expr)],
-    e: Expr,
+    (e, bound): (Expr, &[SymbolId]),
     v: Expr,
     vector: i64,
     size: usize,
@@ -1218,6 +1234,9 @@ fn contiguous(
     let env = &mut p.env;
     let s = env.pool_mut().substitute_pairs(e, vars);
     let s = env.simplify(s);
+    if env.pool().free_symbols(s).iter().any(|x| bound.contains(x)) {
+        return None;
+    }
     let vid = env.pool().as_symbol(v)?;
     let zero = env.pool_mut().zero();
     let base = env

@@ -290,6 +290,7 @@ pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
                 _ => vec![dim_arg(l, n, "dim", rank)?],
             };
             let dims: Vec<usize> = dims.into_iter().filter(|&d| d < rank).collect();
+            nonempty(l, &x, &dims, name)?;
             let idx = l.reduction(&x, &dims, keepdim, arg_kind, DType::I64, &n.name);
             if name.starts_with("arg") {
                 return one(idx);
@@ -1039,6 +1040,9 @@ fn reduce(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     } else {
         x
     };
+    if matches!(kind, ReductionKind::Max | ReductionKind::Min) {
+        nonempty(l, &src, &dims, name)?;
+    }
     let sizes: Vec<Expr> = dims.iter().map(|&d| src.sizes[d]).collect();
     let r = l.reduction(&src, &dims, keepdim, kind, acc, &n.name);
     if name != "mean" {
@@ -1052,6 +1056,22 @@ fn reduce(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     map(l, &[r, count], acc, acc, |c, v| {
         c.body.binary(BinaryOp::Div, v[0], v[1])
     })
+}
+
+/// An extremum has no identity: as ATen, each dimension it reduces must be non-empty — proved
+/// from ranges, else a runtime assert (the reduction itself yields the identity, ±inf, which
+/// softmax relies on for an empty row no output reads).
+fn nonempty(l: &mut Lowerer, x: &LTensor, dims: &[usize], name: &str) -> R<()> {
+    for &d in dims {
+        let one = l.env.pool().one();
+        let c = l.env.pool_mut().ge(x.sizes[d], one);
+        if !l.env.statically_known_true(c) {
+            l.env.check(c).map_err(|_| {
+                NodeError::Message(format!("{name} over dimension {d}, which is empty"))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn softmax(l: &mut Lowerer, n: &GraphNode, x: LTensor, dim: usize, log: bool) -> R<LTensor> {
@@ -1349,23 +1369,32 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         tensor(l, n, "key")?,
         tensor(l, n, "value")?,
     );
-    if q.sizes.len() != 4 || k.sizes.len() != 4 || v.sizes.len() != 4 {
-        return msg("expects 4-dimensional query, key and value [batch, heads, length, head dim]");
+    let rank = q.sizes.len();
+    if !(2..=4).contains(&rank) || k.sizes.len() != rank || v.sizes.len() != rank {
+        return msg(
+            "expects query, key and value of one rank, 2 to 4 dimensions ([batch, heads,] length, head dim)",
+        );
     }
     if !matches!(n.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
         return msg("dropout is not supported (inference only)");
     }
+    // Fewer dimensions are leading sizes of 1 (a mask broadcasts from the right either way).
+    let out_lead = q.sizes[..rank - 1].to_vec();
+    let lift = |l: &mut Lowerer, t: LTensor| -> R<LTensor> {
+        let one = l.env.pool().one();
+        let mut sizes = vec![one; 4 - rank];
+        sizes.extend_from_slice(&t.sizes);
+        super::views::view(l, t, &sizes)
+    };
+    let (q, k, v) = (lift(l, q)?, lift(l, k)?, lift(l, v)?);
     let (b, hq, lq, e) = (q.sizes[0], q.sizes[1], q.sizes[2], q.sizes[3]);
     let (hk, s) = (k.sizes[1], k.sizes[2]);
     let ev = v.sizes[3];
-    let head_dim = l
-        .env
-        .pool()
-        .as_const(e)
-        .ok_or_else(|| NodeError::Message("the head dimension must be a constant".into()))?;
-    let scale = match n.arg("scale") {
-        Some(Arg::Float(f)) => *f,
-        _ => 1.0 / (head_dim as f64).sqrt(),
+    // The default scale 1/sqrt(head dim): a constant, or computed from a symbolic head dim.
+    let scale = match (n.arg("scale"), l.env.pool().as_const(e)) {
+        (Some(Arg::Float(f)), _) => Some(*f),
+        (_, Some(head_dim)) => Some(1.0 / (head_dim as f64).sqrt()),
+        _ => None,
     };
     // Grouped-query attention: query head h reads key/value head h / (hq / hk).
     let rep = if hq == hk {
@@ -1404,7 +1433,14 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let scaled: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let x = inner(c, idx);
         let x = c.body.cast(x, cd);
-        let k = c.body.constant(Constant::float(scale), cd);
+        let k = match scale {
+            Some(s) => c.body.constant(Constant::float(s), cd),
+            None => {
+                let e = c.body.index(e);
+                let e = c.body.cast(e, cd);
+                c.body.unary(UnaryOp::Rsqrt, e)
+            }
+        };
         let x = c.body.binary(BinaryOp::Mul, x, k);
         if !causal {
             return x;
@@ -1444,7 +1480,9 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let p3 = super::views::view(l, probs, &[bh, lq, s])?;
     let v3 = super::views::view(l, v, &[bh, s, ev])?;
     let out = matmul(l, n, p3, v3, true, None, false)?;
-    super::views::view(l, out, &[b, hq, lq, ev])
+    let mut sizes = out_lead;
+    sizes.push(ev);
+    super::views::view(l, out, &sizes)
 }
 
 /// The inclusive scan of `kind` of `x` (converted to `dtype`) along `dim`, with the contiguous

@@ -1053,18 +1053,23 @@ pub(super) fn run_node(
         }
         "scaled_dot_product_attention" => {
             let (q, k, v) = (n.tensor("query")?, n.tensor("key")?, n.tensor("value")?);
-            if q.shape.len() != 4 || k.shape.len() != 4 || v.shape.len() != 4 {
-                return fail("expects 4-dimensional query, key and value");
+            let rank = q.shape.len();
+            if !(2..=4).contains(&rank) || k.shape.len() != rank || v.shape.len() != rank {
+                return fail("expects query, key and value of one rank, 2 to 4 dimensions");
             }
+            // Fewer dimensions read as leading sizes of 1: the same flat positions.
+            let lift = |s: &[usize]| [vec![1; 4 - rank], s.to_vec()].concat();
+            let (q4, k4, v4) = (lift(&q.shape), lift(&k.shape), lift(&v.shape));
             if !matches!(node.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
                 return fail("dropout is not supported");
             }
-            let (b, hq, lq, e) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-            let (hk, s, ev) = (k.shape[1], k.shape[2], v.shape[3]);
-            if hk == 0 || hq % hk != 0 {
+            let (b, hq, lq, e) = (q4[0], q4[1], q4[2], q4[3]);
+            let (hk, s, ev) = (k4[1], k4[2], v4[3]);
+            // No heads at all is an empty result.
+            if hq != hk && (hk == 0 || hq % hk != 0) {
                 return fail("query heads must be a multiple of key/value heads");
             }
-            let rep = hq / hk;
+            let rep = if hq == hk { 1 } else { hq / hk };
             let scale = match node.arg("scale") {
                 Some(Arg::Float(f)) => *f,
                 _ => 1.0 / (e as f64).sqrt(),
@@ -1074,7 +1079,7 @@ pub(super) fn run_node(
                 Some(Arg::Tensor(r)) => Some(get(r)),
                 _ => None,
             };
-            let (qs, ks, vs) = (strides(&q.shape), strides(&k.shape), strides(&v.shape));
+            let (qs, ks, vs) = (strides(&q4), strides(&k4), strides(&v4));
             let mut vals = Vec::with_capacity(b * hq * lq * ev);
             for bi in 0..b {
                 for h in 0..hq {
@@ -1116,7 +1121,9 @@ pub(super) fn run_node(
                     }
                 }
             }
-            out(build(q.dtype, vec![b, hq, lq, ev], vals))
+            let mut shape = q.shape[..rank - 1].to_vec();
+            shape.push(ev);
+            out(build(q.dtype, shape, vals))
         }
         "_softmax" | "_log_softmax" => {
             let x = n.tensor("self")?;
@@ -1125,6 +1132,10 @@ pub(super) fn run_node(
             }
             let rank = x.shape.len();
             let dim = wrap(n.int("dim")?, rank)?;
+            // Empty along `dim` means empty: no row to normalize, nothing to fail on.
+            if x.numel() == 0 {
+                return out(build(x.dtype, x.shape.clone(), Vec::new()));
+            }
             let dims = if rank == 0 { vec![] } else { vec![dim] };
             let m = reduce(&x, &dims, true, DType::F64, None, nan_max)?;
             let st = strides(&x.shape);

@@ -303,3 +303,18 @@ pub fn env_with(ranges: &[(i64, i64)]) -> (ShapeEnv, Vec<Expr>) {
         .collect();
     (env, syms)
 }
+
+/// Proptest's configuration for `cases` cases from a fixed seed, so that CI runs the same cases
+/// every time (a failure is reproducible, never a flake); `PROPTEST_RNG_SEED` explores others.
+pub fn fixed_seed(cases: u32) -> ProptestConfig {
+    let default = ProptestConfig::default();
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        rng_seed: match std::env::var("PROPTEST_RNG_SEED") {
+            Ok(_) => default.rng_seed,
+            Err(_) => proptest::test_runner::RngSeed::Fixed(20_261_202),
+        },
+        ..default
+    }
+}

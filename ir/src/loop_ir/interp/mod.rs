@@ -84,14 +84,6 @@ impl Program {
     ) -> Result<V, String> {
         let total: i64 = rranges.iter().product();
         let dtype = body.dtype(body.result.expect("body has a result"));
-        if total <= 0
-            && !matches!(
-                kind,
-                ReductionKind::Sum | ReductionKind::Prod | ReductionKind::Any
-            )
-        {
-            return Err(format!("{} over an empty range", kind.name()));
-        }
         let arg = matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin);
         let laned = lanes > 1;
         let merge = |a: Option<(V, i64)>, c: Option<(V, i64)>| -> Option<(V, i64)> {
@@ -143,10 +135,19 @@ impl Program {
         Ok(match acc[0] {
             Some((_, position)) if arg => V::I(position),
             Some((v, _)) => v,
-            None if kind == ReductionKind::Prod && dtype.is_float() => V::F(1.0),
-            None if kind == ReductionKind::Prod => V::I(1),
-            None if dtype.is_float() => V::F(0.0),
-            None => V::I(0),
+            // An empty range: the identity (lowering asserts extrema of user ops non-empty; an
+            // internal one, softmax's row maximum, may be empty when no output reads it).
+            None if arg => V::I(0),
+            None => match (kind, dtype.is_float()) {
+                (ReductionKind::Prod, true) => V::F(1.0),
+                (ReductionKind::Prod, false) => V::I(1),
+                (ReductionKind::Max, true) => V::F(f64::NEG_INFINITY),
+                (ReductionKind::Min, true) => V::F(f64::INFINITY),
+                (ReductionKind::Max, false) => V::I(dtype.int_range().map_or(i64::MIN, |r| r.0)),
+                (ReductionKind::Min, false) => V::I(dtype.int_range().map_or(i64::MAX, |r| r.1)),
+                (_, true) => V::F(0.0),
+                (_, false) => V::I(0),
+            },
         })
     }
 
