@@ -121,6 +121,20 @@ fn boolean_index_matches_the_reference() {
         "outputs": [{"tensor": "out"}]}"#;
     let g = Graph::from_json(text).unwrap();
     assert_eq!(at_all_sizes("x[:, y > 0]", &g, (0, 1)), SIZES.len());
+    // A 0-d mask adds a dimension of its count (0 or 1): y[2][y[2] > 0] and x[:, 0-d mask].
+    let text = r#"{"format": "guardless-graph", "version": 1, "name": "mask_0d",
+        "symbols": [{"name": "u0", "kind": "unbacked", "max": 1000}, {"name": "c", "kind": "unbacked", "max": 1},
+                    {"name": "d", "kind": "unbacked", "max": 1}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["u0", 5]}, {"name": "y", "dtype": "f32", "shape": [5]}],
+        "nodes": [{"name": "y2", "op": "aten.select.int", "args": {"self": {"tensor": "y"}, "dim": 0, "index": 2}},
+                  {"name": "mk", "op": "aten.gt.Scalar", "args": {"self": {"tensor": "y2"}, "other": 0.0}},
+                  {"name": "out", "op": "aten.index.Tensor", "shape": ["c"],
+                   "args": {"self": {"tensor": "y2"}, "indices": [{"tensor": "mk"}]}},
+                  {"name": "cols", "op": "aten.index.Tensor", "shape": ["u0", "d", 5],
+                   "args": {"self": {"tensor": "x"}, "indices": [null, {"tensor": "mk"}]}}],
+        "outputs": [{"tensor": "out"}, {"tensor": "cols"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    assert_eq!(at_all_sizes("y[2][y[2] > 0]", &g, (-1, 2)), SIZES.len());
 }
 
 #[test]

@@ -85,11 +85,25 @@ fn expand_mask(
 /// `index.Tensor`. With a boolean mask the node states its shape, whose entry at the mask's
 /// result dimension is the unbacked count symbol.
 pub(super) fn index(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
-    let x = tensor(l, n, "self")?;
-    let idx = index_list(l, n)?;
+    let mut x = tensor(l, n, "self")?;
+    let mut idx = index_list(l, n)?;
     let masks = idx.iter().flatten().filter(|t| is_mask(t)).count();
     if masks > 1 {
         return msg("at most one boolean mask per index is supported");
+    }
+    // A 0-d mask indexes a new dimension of size 1 at its place (`x[True]` has one more
+    // dimension than `x`): the same as a 1-element mask over `x` unsqueezed there.
+    let mut at = 0;
+    for t in idx.iter_mut() {
+        match t {
+            Some(m) if is_mask(m) && m.sizes.is_empty() => {
+                x = super::views::unsqueeze(l, x, at);
+                *m = super::views::unsqueeze(l, m.clone(), 0);
+                break;
+            }
+            Some(m) if is_mask(m) => at += m.sizes.len(),
+            _ => at += 1,
+        }
     }
     let idx = if masks == 1 {
         let at = mask_result_dim(&x.sizes, &idx);
@@ -156,6 +170,13 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let masks = idx.iter().flatten().filter(|t| is_mask(t)).count();
     if masks > 1 {
         return msg("at most one boolean mask per index is supported");
+    }
+    if idx
+        .iter()
+        .flatten()
+        .any(|t| is_mask(t) && t.sizes.is_empty())
+    {
+        return msg("a 0-dimensional mask in index_put is not supported");
     }
     let idx = if masks == 1 {
         let count = l.env.new_unbacked_size(None);

@@ -7,8 +7,9 @@ use super::{
 use crate::graph::{Arg, DType, Scalar};
 use crate::tensor::{round_to, HostTensor};
 
-/// The index list of `index`/`index_put`, masks replaced by the columns of their `nonzero`.
-fn indices(n: &Node, x: &HostTensor) -> R<Vec<Option<HostTensor>>> {
+/// The index list of `index`/`index_put`, masks replaced by the columns of their `nonzero`. A 0-d
+/// mask indexes a new dimension of size 1 at its place: `x` gains it.
+fn indices(n: &Node, x: &mut HostTensor) -> R<Vec<Option<HostTensor>>> {
     let list: Vec<Option<HostTensor>> = match n.node.arg("indices") {
         Some(Arg::Tensors(v)) => v.iter().map(|r| r.map(|r| (n.get)(&r))).collect(),
         _ => return fail("indices must be tensors"),
@@ -16,7 +17,11 @@ fn indices(n: &Node, x: &HostTensor) -> R<Vec<Option<HostTensor>>> {
     let mut out = Vec::new();
     for t in list {
         match t {
-            Some(m) if m.dtype == DType::Bool || m.dtype == DType::U8 => {
+            Some(mut m) if m.dtype == DType::Bool || m.dtype == DType::U8 => {
+                if m.shape.is_empty() {
+                    x.shape.insert(out.len().min(x.shape.len()), 1);
+                    m.shape = vec![1];
+                }
                 let (p, k) = (out.len(), m.shape.len());
                 if p + k > x.shape.len() || m.shape[..] != x.shape[p..p + k] {
                     return fail(format!(
@@ -101,8 +106,8 @@ fn positions(x: &HostTensor, idx: Vec<Option<HostTensor>>) -> R<(Vec<usize>, Vec
 }
 
 pub(super) fn index(n: &Node) -> R<Vec<HostTensor>> {
-    let x = n.tensor("self")?;
-    let idx = indices(n, &x)?;
+    let mut x = n.tensor("self")?;
+    let idx = indices(n, &mut x)?;
     let (shape, at) = positions(&x, idx)?;
     let vals = at.iter().map(|&k| elem(&x, k)).collect();
     Ok(vec![build(x.dtype, shape, vals)])
@@ -117,7 +122,11 @@ pub(super) fn index_put(n: &Node) -> R<Vec<HostTensor>> {
         }
     }
     let accumulate = n.flag("accumulate");
-    let idx = indices(n, &x)?;
+    let mut shaped = x.clone();
+    let idx = indices(n, &mut shaped)?;
+    if shaped.shape != x.shape {
+        return fail("a 0-dimensional mask in index_put is not supported");
+    }
     let (shape, at_pos) = positions(&x, idx)?;
     // values broadcast to the indexed shape (right-aligned; sizes equal or 1).
     let vshape = match &values {
