@@ -403,6 +403,40 @@ fn attention_matches_the_reference() {
     }
 }
 
+/// Attention over 3-D (batch, length, head dim) and 2-D inputs (leading sizes of 1), causal, with
+/// an explicit scale and a symbolic head dim (the default scale computed at run time).
+#[test]
+fn attention_of_fewer_dimensions_matches_the_reference() {
+    let cases = [
+        r#"{"query": {"tensor": "z"}, "key": {"tensor": "z"}, "value": {"tensor": "z"}, "is_causal": true}"#,
+        r#"{"query": {"tensor": "s2"}, "key": {"tensor": "s2"}, "value": {"tensor": "x"}, "scale": 0.25}"#,
+        r#"{"query": {"tensor": "x"}, "key": {"tensor": "x"}, "value": {"tensor": "s2"}}"#,
+    ];
+    for args in cases {
+        let g = one_op("aten.scaled_dot_product_attention.default", args);
+        for (s, &u0) in SIZES.iter().enumerate() {
+            differential(&format!("sdpa {args}"), &g, &[("u0", u0)], s as u64, false);
+        }
+    }
+    // A symbolic head dim: x is [u0, 5], so xᵀ's rows are 5 queries of u0 features.
+    let text = r#"{"format": "guardless-graph", "version": 1,
+        "symbols": [{"name": "u0", "kind": "unbacked", "max": 4096}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": [5, "u0"]}],
+        "nodes": [{"name": "out", "op": "aten.scaled_dot_product_attention.default",
+                   "args": {"query": {"tensor": "x"}, "key": {"tensor": "x"}, "value": {"tensor": "x"}}}],
+        "outputs": [{"tensor": "out"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    for (s, &u0) in SIZES.iter().enumerate() {
+        differential(
+            "sdpa with a symbolic head dim",
+            &g,
+            &[("u0", u0)],
+            s as u64,
+            false,
+        );
+    }
+}
+
 #[test]
 fn the_example_graphs_match_the_reference() {
     let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));

@@ -465,15 +465,6 @@ pub const CASES: &[(&str, &str)] = &[
         "aten._softmax.default",
         r#"{"self": {"tensor": "x"}, "dim": 0, "half_to_float": false}"#,
     ),
-    // Attention over 3-D (batch, length, head dim) and 2-D inputs, causal, with u0 keys.
-    (
-        "aten.scaled_dot_product_attention.default",
-        r#"{"query": {"tensor": "z"}, "key": {"tensor": "z"}, "value": {"tensor": "z"}, "is_causal": true}"#,
-    ),
-    (
-        "aten.scaled_dot_product_attention.default",
-        r#"{"query": {"tensor": "s2"}, "key": {"tensor": "s2"}, "value": {"tensor": "x"}, "scale": 0.25}"#,
-    ),
     // Reductions over a dimension of size 1 (LeViT's last attention: one key) are the element.
     (
         "aten._softmax.default",

@@ -231,6 +231,55 @@ impl Builder<'_> {
         })
     }
 
+    /// `scatter_add` or `scatter_reduce` into the value at random positions of a constant-size
+    /// dimension (duplicates combine: every reduction is defined for them).
+    pub(super) fn scatter(&mut self, cur: &Value) -> Option<Value> {
+        let (d, n) = self.constant_axis(&cur.shape)?;
+        let mut shape = Vec::new();
+        for (i, dim) in cur.shape.iter().enumerate() {
+            shape.push(match i == d {
+                true => Dim::c([1, 3, n][self.pick(3)]),
+                false if dim.inputtable() && (dim.maybe_empty() || self.coin()) => dim.clone(),
+                false if !dim.maybe_empty() => Dim::c(1),
+                false => return None,
+            });
+        }
+        let idx = self.indices(&shape, n, false)?;
+        let src = self.input("f32", &shape, false)?;
+        let (x, i, v) = (&cur.r, &idx.r, &src.r);
+        Some(if self.coin() {
+            let args = format!(r#""self": {x}, "dim": {d}, "index": {i}, "src": {v}"#);
+            self.node("aten.scatter_add.default", &args, cur.shape.clone(), None)
+        } else {
+            let reduce = ["sum", "prod", "mean", "amax", "amin"][self.pick(5)];
+            let include = self.coin();
+            let args = format!(
+                r#""self": {x}, "dim": {d}, "index": {i}, "src": {v}, "reduce": "{reduce}", "include_self": {include}"#
+            );
+            self.node("aten.scatter_reduce.two", &args, cur.shape.clone(), None)
+        })
+    }
+
+    /// A scan along a dimension: products, log-sum-exp, running extrema (values, or positions).
+    pub(super) fn scan(&mut self, cur: &Value) -> Value {
+        let (x, s) = (&cur.r, cur.shape.clone());
+        let d = self.axis(s.len());
+        let args = format!(r#""self": {x}, "dim": {d}"#);
+        match self.pick(4) {
+            0 => self.node("aten.cumprod.default", &args, s, None),
+            1 => self.node("aten.logcumsumexp.default", &args, s, None),
+            k => {
+                let op = ["aten.cummax.default", "aten.cummin.default"][k - 2];
+                let i = self.pick(2);
+                let mut v = self.node(op, &args, s, Some(i));
+                if i == 1 {
+                    v.dtype = "i64";
+                }
+                v
+            }
+        }
+    }
+
     /// `scaled_dot_product_attention` with the value as queries over fresh keys and values.
     pub(super) fn attention(&mut self, cur: &Value) -> Option<Value> {
         let s = &cur.shape;

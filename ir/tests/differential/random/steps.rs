@@ -8,7 +8,7 @@ const EXACT: [usize; 17] = [
 ];
 
 /// How many kinds of step [`Builder::step`] takes (0 ends a chain).
-const STEPS: usize = 37;
+const STEPS: usize = 39;
 
 /// Steps that take an integer value as it is (views, copies, indexing); the others read it
 /// converted to f32 first.
@@ -292,6 +292,8 @@ impl Builder<'_> {
                 );
                 self.to(&r, "i64")
             }
+            37 if rank > 0 => self.scan(cur),
+            38 if rank > 0 => self.scatter(cur)?,
             _ => return None,
         };
         let mut v = v;
