@@ -165,6 +165,9 @@ impl Builder<'_> {
         let (x, s) = (&cur.r, &cur.shape);
         let d = self.axis(s.len());
         let desc = self.coin();
+        // Positions only of exact values: of two values equal up to rounding, either may come
+        // first.
+        let exact = usize::from(cur.exact);
         let positions = |mut v: Value| {
             v.dtype = "i64";
             v
@@ -173,7 +176,7 @@ impl Builder<'_> {
             0 => {
                 let args =
                     format!(r#""self": {x}, "stable": true, "dim": {d}, "descending": {desc}"#);
-                let i = self.pick(2);
+                let i = self.pick(2).min(exact);
                 let v = self.node("aten.sort.stable", &args, s.clone(), Some(i));
                 if i == 1 {
                     positions(v)
@@ -197,7 +200,7 @@ impl Builder<'_> {
                 );
                 self.node("aten.topk.default", &args, out, Some(0))
             }
-            3 if !s[d].maybe_empty() => {
+            3 if !s[d].maybe_empty() && cur.exact => {
                 let keep = self.coin();
                 let mut out = s.clone();
                 if keep {
@@ -218,7 +221,7 @@ impl Builder<'_> {
                     out.remove(d);
                 }
                 let op = ["aten.max.dim", "aten.min.dim"][self.pick(2)];
-                let i = self.pick(2);
+                let i = self.pick(2).min(exact);
                 let args = format!(r#""self": {x}, "dim": {d}, "keepdim": {keep}"#);
                 let v = self.node(op, &args, out, Some(i));
                 if i == 1 {
@@ -270,7 +273,7 @@ impl Builder<'_> {
             1 => self.node("aten.logcumsumexp.default", &args, s, None),
             k => {
                 let op = ["aten.cummax.default", "aten.cummin.default"][k - 2];
-                let i = self.pick(2);
+                let i = self.pick(2).min(usize::from(cur.exact));
                 let mut v = self.node(op, &args, s, Some(i));
                 if i == 1 {
                     v.dtype = "i64";
