@@ -201,25 +201,13 @@ impl Builder<'_> {
                 self.node("aten.topk.default", &args, out, Some(0))
             }
             3 if !s[d].maybe_empty() && cur.exact => {
-                let keep = self.coin();
-                let mut out = s.clone();
-                if keep {
-                    out[d] = Dim::c(1);
-                } else {
-                    out.remove(d);
-                }
+                let (keep, out) = self.reduced(s, d);
                 let op = ["aten.argmax.default", "aten.argmin.default"][self.pick(2)];
                 let args = format!(r#""self": {x}, "dim": {d}, "keepdim": {keep}"#);
                 positions(self.node(op, &args, out, None))
             }
             4 if !s[d].maybe_empty() => {
-                let keep = self.coin();
-                let mut out = s.clone();
-                if keep {
-                    out[d] = Dim::c(1);
-                } else {
-                    out.remove(d);
-                }
+                let (keep, out) = self.reduced(s, d);
                 let op = ["aten.max.dim", "aten.min.dim"][self.pick(2)];
                 let i = self.pick(2).min(exact);
                 let args = format!(r#""self": {x}, "dim": {d}, "keepdim": {keep}"#);

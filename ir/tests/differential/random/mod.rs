@@ -267,6 +267,18 @@ impl Builder<'_> {
         t.map(|t| t.join(", "))
     }
 
+    /// Whether a reduction over dimension `d` of `s` keeps it (a coin), and the result's shape.
+    fn reduced(&mut self, s: &[Dim], d: usize) -> (bool, Vec<Dim>) {
+        let keep = self.coin();
+        let mut out = s.to_vec();
+        if keep {
+            out[d] = Dim::c(1);
+        } else {
+            out.remove(d);
+        }
+        (keep, out)
+    }
+
     /// A fresh size known only as itself.
     fn opaque(&mut self) -> Dim {
         self.opaque += 1;

@@ -328,13 +328,7 @@ impl Builder<'_> {
     fn reduction(&mut self, cur: &Value) -> Value {
         let (x, s) = (&cur.r, &cur.shape);
         let d = self.axis(s.len());
-        let keep = self.coin();
-        let mut out = s.clone();
-        if keep {
-            out[d] = Dim::c(1);
-        } else {
-            out.remove(d);
-        }
+        let (keep, out) = self.reduced(s, d);
         let (op, extra) = match self.pick(5) {
             0 => ("aten.sum.dim_IntList", ""),
             1 => ("aten.mean.dim", ""),
