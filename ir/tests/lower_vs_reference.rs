@@ -9,6 +9,7 @@ use differential::cases::{CASES, CONV_CASES, SCATTER_CASES};
 use differential::*;
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
+use guardless_ir::reference;
 use guardless_ir::tensor::HostTensor;
 
 #[test]
@@ -631,4 +632,77 @@ fn max_pooling_takes_the_first_maximum_and_any_nan_as_aten() {
         want[3].get_f64(9).is_nan() && want[4].get_f64(9) == 6.0,
         "the last NaN"
     );
+}
+
+/// How many pieces `unbind` of a backed size gives is guarded at its hint; at other sizes a piece
+/// the graph reads may not exist: the reference says so by name (it used to panic), and the
+/// lowering for the new sizes refuses the graph.
+#[test]
+fn a_piece_a_split_does_not_give_at_these_sizes_is_an_error() {
+    let text = one_op_text_with(
+        "aten.unbind.int",
+        r#"{"self": {"tensor": "z"}, "dim": 1}"#,
+        r#"{"tensor": "out", "index": 2}"#,
+    )
+    .replace(
+        r#"{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 4096}"#,
+        r#"{"name": "u0", "kind": "backed", "hint": 3, "max": 100000}"#,
+    );
+    let g = Graph::from_json(&text).unwrap();
+    let at_hint = lower(&g).unwrap();
+    assert_eq!(at_hint.env.guards().len(), 1);
+    let at = |n: i64| {
+        let b = bindings_of("unbind", &g, &[("u0", n)]);
+        let inputs = random_inputs(&g, &b, 7, (0, 4));
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        (inputs, b)
+    };
+    for n in [0, 1, 2] {
+        let (inputs, b) = at(n);
+        let err = reference::run(&g, &inputs, &b).unwrap_err().to_string();
+        assert!(
+            err.contains("'out' gave") && err.contains("output 2 does not exist"),
+            "u0 = {n}: {err}"
+        );
+        assert!(at_hint.env.check_bindings(&b).is_err(), "u0 = {n}");
+        let mut again = g.clone();
+        again.env.rehint_backed(&b).unwrap();
+        let err = lower(&again).unwrap_err().to_string();
+        assert!(err.contains("out") && err.contains("2"), "u0 = {n}: {err}");
+    }
+    let (inputs, b) = at(3);
+    assert!(compare_on(
+        "unbind at its hint",
+        &g,
+        &inputs,
+        &b,
+        &[("u0", 3)],
+        true
+    ));
+}
+
+/// Grouped-query attention with symbolic head counts: `2·u` query heads over `u` key/value heads
+/// (a constant ratio, proved), and query heads `u` that a broadcast asserts equal to the key's 5
+/// (found by backed random graphs: the ratio was only read from constants).
+#[test]
+fn attention_with_symbolic_head_counts_matches_the_reference() {
+    let text = r#"{"format": "guardless-graph", "version": 1,
+        "symbols": [{"name": "u", "kind": "unbacked", "min": 1, "max": 64}],
+        "inputs": [{"name": "q", "dtype": "f32", "shape": [1, "2*u", 3, 4]},
+                   {"name": "kv", "dtype": "f32", "shape": [1, "u", 5, 4]},
+                   {"name": "x", "dtype": "f32", "shape": [1, "u", 3, 4]},
+                   {"name": "y", "dtype": "f32", "shape": [1, 5, 3, 4]}],
+        "nodes": [{"name": "gqa", "op": "aten.scaled_dot_product_attention.default",
+                   "args": {"query": {"tensor": "q"}, "key": {"tensor": "kv"}, "value": {"tensor": "kv"}}},
+                  {"name": "xy", "op": "aten.sub.Tensor", "args": {"self": {"tensor": "x"}, "other": {"tensor": "y"}}},
+                  {"name": "asserted", "op": "aten.scaled_dot_product_attention.default",
+                   "args": {"query": {"tensor": "xy"}, "key": {"tensor": "y"}, "value": {"tensor": "y"}, "is_causal": true}}],
+        "outputs": [{"tensor": "gqa"}, {"tensor": "asserted"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    // Only u = 5 broadcasts; elsewhere both refuse (the lowered program by its assert).
+    let compared: Vec<bool> = [1, 3, 5]
+        .iter()
+        .map(|&u| differential("sdpa with symbolic heads", &g, &[("u", u)], u as u64, true))
+        .collect();
+    assert_eq!(compared, [false, false, true]);
 }

@@ -155,11 +155,15 @@ impl<A: Specialized> Specializations<A> {
             .rehint_backed(bindings)
             .map_err(SpecializeError::Values)?;
         let a = compile(g).map_err(SpecializeError::Compile)?;
-        a.env()
-            .check_bindings(bindings)
-            .map_err(SpecializeError::Unstable)?;
+        let check = a.env().check_bindings(bindings);
+        if let Err(e @ SymError::GuardFailed { .. }) = check {
+            return Err(SpecializeError::Unstable(e));
+        }
+        // Kept even when the call's values break one of its asserts: it is the specialization
+        // for these sizes, and the call is an error on any of them.
         self.compiled.push(a);
         self.recompiles += 1;
+        check.map_err(SpecializeError::Values)?;
         Ok(Selected {
             artifact: self.compiled.last_mut().expect("just pushed"),
             recompiled: Some(guard),

@@ -377,3 +377,26 @@ fn a_bf16_addmm_with_an_epilogue_rounds_once() {
         }
     }
 }
+
+/// A reduction over a size that a later node asserts to be 1 (a view of `[3, u]` as `[3]`): the
+/// schedule, which then knows the size is 1, must keep it a reduction of rows of one element. It
+/// became a pointwise kernel whose sum ran across the rows, leaving outputs unwritten (found by
+/// backed random graphs: a broadcast at hint 1, then a view).
+#[test]
+fn a_reduction_over_a_size_later_asserted_one_sums_each_row() {
+    let g = Graph::from_json(
+        r#"{"format": "guardless-graph", "version": 1, "name": "sum then view",
+        "symbols": [{"name": "u", "kind": "unbacked", "min": 1, "max": 64}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": [5, "u"]}],
+        "nodes": [
+          {"name": "total", "op": "aten.sum.dim_IntList",
+           "args": {"self": {"tensor": "x"}, "dim": [1], "keepdim": true}},
+          {"name": "flat", "op": "aten.view.default",
+           "args": {"self": {"tensor": "x"}, "size": [5]}}],
+        "outputs": [{"tensor": "total"}, {"tensor": "flat"}]}"#,
+    )
+    .unwrap();
+    // At 1 both agree; at 3 both refuse the view (the lowered program by its assert).
+    let compared = check("sum then view", &g, "u", &[1, 3], 5, true, (0, 4));
+    assert_eq!(compared, 1);
+}

@@ -11,7 +11,7 @@ mod differential;
 mod emu;
 mod emulated;
 
-use differential::random;
+use differential::random::{self, Kind};
 use guardless_ir::graph::Graph;
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
@@ -19,6 +19,7 @@ use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 use guardless_runtime::launch::{Executable, Inputs};
+use guardless_runtime::specialize::{Specializations, SpecializeError};
 
 fn graphs(default: u64) -> u64 {
     std::env::var("GUARDLESS_FUZZ_GRAPHS")
@@ -94,6 +95,115 @@ fn random_graphs_run_on_the_cpu_backend() {
             panic!("{}\n{text}", message(e));
         }
     }
+}
+
+/// The same random graphs with backed symbols, called as a user calls a backed artifact: through
+/// its specializations, which check their guards at every call and recompile (with the hints
+/// moved to the call's sizes) when none holds. Sizes forwards then backwards, so that later calls
+/// reuse earlier specializations. A call the reference refuses (sizes a split does not give the
+/// pieces for, a backed size that neither broadcasts nor matches) must be refused too: by a
+/// failed assert, a failed recompile or an error of the run.
+#[test]
+fn random_backed_graphs_run_on_the_cpu_backend() {
+    let options = RunOptions {
+        poison: true,
+        threads: 2,
+    };
+    let (mut recompiles, mut refused) = (0, 0);
+    let n = graphs(48).div_ceil(2);
+    for seed in 0..n {
+        let [a, b] = random::VALUES[seed as usize % random::VALUES.len()];
+        let kinds = match seed % 3 {
+            0 => [Kind::Backed(a), Kind::Backed(b)],
+            1 => [Kind::Backed(4096), Kind::Unbacked],
+            _ => [Kind::Unbacked, Kind::Backed(b)],
+        };
+        let choices = random::choices(seed, 400);
+        let (g, text) = random::graph_of("random graph", &choices, 4, 14, kinds);
+        let compile = |g: Graph| {
+            let p = lower(&g).map_err(|e| e.to_string())?;
+            CpuProgram::compile(p).map_err(|e| e.to_string())
+        };
+        let run = std::panic::catch_unwind(|| {
+            let runs = each_size(&g, seed);
+            let (mut specs, mut refused) = (None, 0);
+            let mut at_hints = Some(compile(g.clone()));
+            for r in runs.iter().chain(runs.iter().rev()) {
+                let want = reference::run(&g, &r.inputs, &r.b);
+                refused += usize::from(want.is_err());
+                // The first specialization is for the hints, as a backed compile's; hints the
+                // graph is invalid at (the reference fails there too) give way to the first
+                // call's sizes the graph is valid at.
+                let specs = match (&mut specs, at_hints.take()) {
+                    (Some(s), _) => s,
+                    (None, Some(Ok(first))) => {
+                        specs.insert(Specializations::new(g.clone(), first).with_limit(16))
+                    }
+                    (None, failed) => {
+                        if let Some(Err(e)) = failed {
+                            invalid_at_hints(&g, seed, &e);
+                        }
+                        let mut again = g.clone();
+                        again.env.rehint_backed(&r.b).unwrap();
+                        match compile(again) {
+                            Ok(first) => {
+                                specs.insert(Specializations::new(g.clone(), first).with_limit(16))
+                            }
+                            Err(e) => {
+                                assert!(want.is_err(), "{}: {e}, the reference runs", r.what);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                match specs.select(&r.b, compile) {
+                    Ok(sel) => {
+                        let got = sel.artifact.run(&r.inputs, &r.b, &options);
+                        differential::judge(&r.what, got, want, &r.values, false);
+                    }
+                    Err(e @ (SpecializeError::Values(_) | SpecializeError::Compile(_))) => {
+                        assert!(want.is_err(), "{}: {e}, the reference runs", r.what);
+                    }
+                    Err(e) => panic!("{}: {e}", r.what),
+                }
+            }
+            (specs.map_or(0, |s| s.recompiles()), refused)
+        });
+        match run {
+            Ok((r, f)) => {
+                recompiles += r;
+                refused += f;
+            }
+            Err(e) => panic!("{}\n{text}", message(e)),
+        }
+    }
+    // Some sizes break the guards of a specialization for others, some are invalid for a graph.
+    assert!(
+        recompiles > 0 && refused > 0,
+        "{recompiles} recompiles, {refused} invalid calls"
+    );
+}
+
+/// Asserts that the reference fails for `g` at its symbols' hints, where compiling failed with
+/// `e`.
+fn invalid_at_hints(g: &Graph, seed: u64, e: &str) {
+    let mut env = g.env.clone();
+    let values: Vec<(&str, i64)> = random::SYMBOLS
+        .iter()
+        .filter_map(|&(n, ..)| {
+            let id = env.symbol_id(n)?;
+            let e = env.pool_mut().symbol_expr(id);
+            Some((n, env.optimization_hint(e)))
+        })
+        .collect();
+    let what = format!("random graph {seed} at its hints {values:?}");
+    let b = differential::bindings_of(&what, g, &values);
+    let inputs = differential::random_inputs(g, &b, seed, (-3, 7));
+    let b = reference::bind_inputs(g, &inputs, &b).unwrap();
+    assert!(
+        reference::run(g, &inputs, &b).is_err(),
+        "{what}: compiling failed ({e}), the reference runs"
+    );
 }
 
 /// Several random graphs in one (their chains side by side): one C++ build of the emulation for

@@ -13,6 +13,11 @@ use guardless_runtime::specialize::{Specializations, SpecializeError};
 /// `x + y` over [s0, 4] and [s1, 4]: with s1's hint 1, lowering broadcasts y and (backed)
 /// guards s1 == 1.
 fn broadcast_add(backed: bool) -> Graph {
+    broadcast_add_at(backed, 1)
+}
+
+/// As [`broadcast_add`], with s1's hint `s1`.
+fn broadcast_add_at(backed: bool, s1: i64) -> Graph {
     let (kind, hint) = match backed {
         true => ("backed", "hint"),
         false => ("unbacked", "optimization_hint"),
@@ -21,7 +26,7 @@ fn broadcast_add(backed: bool) -> Graph {
         r#"{{"format": "guardless-graph", "version": 1, "name": "bcast",
         "symbols": [
           {{"name": "s0", "kind": "{kind}", "{hint}": 6, "min": 1, "max": 1000}},
-          {{"name": "s1", "kind": "{kind}", "{hint}": 1, "min": 1, "max": 1000}}],
+          {{"name": "s1", "kind": "{kind}", "{hint}": {s1}, "min": 1, "max": 1000}}],
         "inputs": [{{"name": "x", "dtype": "f32", "shape": ["s0", 4]}},
                    {{"name": "y", "dtype": "f32", "shape": ["s1", 4]}}],
         "nodes": [{{"name": "out", "op": "aten.add.Tensor",
@@ -123,4 +128,26 @@ fn unbacked_sizes_never_recompile() {
         assert_eq!(call(&mut specs, &g, s0, s1).unwrap().0, None, "{s0} {s1}");
     }
     assert_eq!((specs.recompiles(), specs.len()), (0, 1));
+}
+
+#[test]
+fn an_assert_made_under_a_guard_binds_only_calls_that_pass_the_guard() {
+    // At hints (6, 6) lowering guards s1 != 1 and asserts s1 == s0 under it.
+    let g = broadcast_add_at(true, 6);
+    let first = compile(g.clone()).unwrap();
+    assert!(!first.program.env.runtime_asserts().is_empty());
+    let mut specs = Specializations::new(g.clone(), first);
+    assert_eq!(call(&mut specs, &g, 6, 6).unwrap().0, None);
+    // s1 = 1 broadcasts: a failed guard, so a recompile, not the assert's error.
+    assert!(call(&mut specs, &g, 6, 1).unwrap().0.is_some());
+    assert_eq!(specs.recompiles(), 1);
+    // Sizes that pass the guard but break the assert are invalid for the graph: an error naming
+    // the assert, no recompile.
+    let err = call(&mut specs, &g, 5, 3).unwrap_err();
+    assert!(matches!(err, SpecializeError::Values(_)), "{err}");
+    assert!(
+        err.to_string().contains("s0") && err.to_string().contains("s1"),
+        "{err}"
+    );
+    assert_eq!(specs.recompiles(), 1);
 }

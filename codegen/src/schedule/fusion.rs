@@ -71,6 +71,19 @@ fn computed(p: &Program, b: BufferId) -> Option<&Loops> {
     }
 }
 
+/// The reduced dimensions a reduction's kernel loops over: those not provably of size 1, but at
+/// least one. A reduction whose reduced sizes are all known to be 1 (a backed size guarded equal
+/// to 1, or an unbacked one asserted so after lowering) keeps one unit dimension: without any its
+/// kernel would be pointwise, and the emitters would reduce across the row's elements.
+fn reduced_dims(env: &mut ShapeEnv, rranges: &[Expr]) -> Vec<usize> {
+    let rk = non_unit(env, rranges);
+    if rk.is_empty() && !rranges.is_empty() {
+        vec![0]
+    } else {
+        rk
+    }
+}
+
 /// A new group seeded by `b`: a reduction's rows, or a pointwise buffer's elements.
 fn seed(env: &mut ShapeEnv, b: BufferId, loops: &Loops) -> Group {
     let kept = non_unit(env, &loops.ranges);
@@ -78,7 +91,7 @@ fn seed(env: &mut ShapeEnv, b: BufferId, loops: &Loops) -> Group {
     let mut vars: Vec<Expr> = kept.iter().map(|&k| loops.vars[k]).collect();
     let (inner, fit) = match &loops.reduction {
         Some((_, rranges, rvars)) => {
-            let rk = non_unit(env, rranges);
+            let rk = reduced_dims(env, rranges);
             vars.extend(rk.iter().map(|&k| rvars[k]));
             let inner: Vec<Expr> = rk.iter().map(|&k| rranges[k]).collect();
             let fit = Fit {
@@ -114,7 +127,7 @@ fn fit(env: &mut ShapeEnv, g: &Group, loops: &Loops) -> Option<(Fit, Vec<Expr>, 
     let all: Vec<Expr> = g.outer.iter().chain(&g.inner).copied().collect();
     match &loops.reduction {
         Some((_, rranges, _)) => {
-            let rk = non_unit(env, rranges);
+            let rk = reduced_dims(env, rranges);
             let rdims: Vec<Expr> = rk.iter().map(|&k| rranges[k]).collect();
             let whole: Vec<Expr> = dims.iter().chain(&rdims).copied().collect();
             // Same rows and row contents; or a pointwise group over exactly the reduced elements.

@@ -1396,12 +1396,26 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         (_, Some(head_dim)) => Some(1.0 / (head_dim as f64).sqrt()),
         _ => None,
     };
-    // Grouped-query attention: query head h reads key/value head h / (hq / hk).
-    let rep = if hq == hk {
-        1
-    } else {
-        match (l.env.pool().as_const(hq), l.env.pool().as_const(hk)) {
-            (Some(a), Some(c)) if c > 0 && a % c == 0 => a / c,
+    // Grouped-query attention: query head h reads key/value head h / (hq / hk), for a ratio
+    // that is a proved constant (head counts may be symbolic, or asserted equal to constants).
+    let rep = {
+        let (a, c) = (l.env.simplify(hq), l.env.simplify(hk));
+        let same = l.env.pool_mut().eq(a, c);
+        let ratio = if a == c || l.env.statically_known_true(same) {
+            l.env.pool().one()
+        } else {
+            l.env.pool_mut().floordiv(a, c)
+        };
+        let ratio = l.env.simplify(ratio);
+        match l.env.pool().as_const(ratio) {
+            Some(r) if r >= 1 => {
+                let rc = l.env.pool_mut().scale(c, r);
+                let exact = l.env.pool_mut().eq(a, rc);
+                if !(a == rc || l.env.statically_known_true(exact)) {
+                    return msg("query heads must be a constant multiple of key/value heads");
+                }
+                r
+            }
             _ => return msg("query heads must be a constant multiple of key/value heads"),
         }
     };

@@ -47,7 +47,12 @@ pub(super) fn broadcast_sizes(l: &mut Lowerer, shapes: &[&[Expr]]) -> R<Vec<Expr
                 Some(o) if is_one(l, o) => s,
                 Some(o) => {
                     assert_equal(l, o, s, "broadcasting")?;
-                    o
+                    // Equal from here on: the constant, if either is, says more downstream.
+                    if l.env.pool().as_const(s).is_some() {
+                        s
+                    } else {
+                        o
+                    }
                 }
             });
         }

@@ -8,7 +8,7 @@ mod ops;
 
 use thiserror::Error;
 
-use crate::graph::{Graph, Producer, TensorRef};
+use crate::graph::{Arg, Graph, Producer, TensorRef};
 use crate::sym::Bindings;
 use crate::tensor::HostTensor;
 
@@ -26,6 +26,8 @@ pub enum RefError {
     Unsupported { node: String, op: String },
     #[error("input '{input}': {message}")]
     Input { input: String, message: String },
+    #[error("output {index}: {message}")]
+    Output { index: usize, message: String },
     #[error("{0}")]
     Symbols(String),
 }
@@ -50,6 +52,9 @@ pub fn run(
             op: node.op.clone(),
             message,
         };
+        for r in node.args.iter().flat_map(tensor_refs) {
+            check_exists(graph, &values, r).map_err(err)?;
+        }
         let outs = ops::run_node(graph, node, &get, &bindings).map_err(|e| match e {
             None => RefError::Unsupported {
                 node: node.name.clone(),
@@ -104,6 +109,10 @@ pub fn run(
             outs
         });
     }
+    for (i, o) in graph.outputs.iter().enumerate() {
+        check_exists(graph, &values, &o.tensor)
+            .map_err(|message| RefError::Output { index: i, message })?;
+    }
     Ok(graph
         .outputs
         .iter()
@@ -112,4 +121,27 @@ pub fn run(
             Producer::Node(n) => values[n][o.tensor.index.unwrap_or(0)].clone(),
         })
         .collect())
+}
+
+/// The tensors an argument refers to.
+fn tensor_refs(a: &Arg) -> Vec<&TensorRef> {
+    match a {
+        Arg::Tensor(r) => vec![r],
+        Arg::Tensors(rs) => rs.iter().flatten().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How many outputs a node of a list (`split`, `unbind`) gives depends on sizes: one it did not
+/// give at these sizes is an error, as indexing the list is in torch.
+fn check_exists(graph: &Graph, values: &[Vec<HostTensor>], r: &TensorRef) -> Result<(), String> {
+    match r.producer {
+        Producer::Node(n) if r.index.unwrap_or(0) >= values[n].len() => Err(format!(
+            "'{}' gave {} outputs at these sizes; output {} does not exist",
+            graph.nodes[n].name,
+            values[n].len(),
+            r.index.unwrap_or(0)
+        )),
+        _ => Ok(()),
+    }
 }

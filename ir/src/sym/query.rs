@@ -279,8 +279,8 @@ impl ShapeEnv {
         })
     }
 
-    /// Checks run-time values against every declared range, deferred assert and recorded guard; the
-    /// error names the symbol, the assert or the guard. An assert over a symbol without a value yet (one a data-dependent op
+    /// Checks run-time values against every declared range, recorded guard and deferred assert; the
+    /// error names the symbol, the guard or the assert. An assert over a symbol without a value yet (one a data-dependent op
     /// produces later) is skipped: it is checked once that value exists.
     pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
         for (i, st) in self.syms.iter().enumerate() {
@@ -295,6 +295,16 @@ impl ShapeEnv {
                 }
             }
         }
+        // Guards first: the asserts were recorded under them (a backed size guarded `!= 1` is
+        // asserted equal to what it meets), so a failed guard means another specialization, not
+        // invalid values. Guards involve backed symbols only, which the inputs' shapes bind.
+        for g in self.guards() {
+            if let Ok(0) = self.evaluate(g.cond, bindings) {
+                return Err(SymError::GuardFailed {
+                    guard: self.text(g.cond),
+                });
+            }
+        }
         for &a in self.runtime_asserts() {
             match self.evaluate(a, bindings) {
                 Ok(0) => {
@@ -304,14 +314,6 @@ impl ShapeEnv {
                 }
                 Err(SymError::Eval(super::eval::EvalError::Unbound { .. })) | Ok(_) => {}
                 Err(e) => return Err(e),
-            }
-        }
-        // Guards involve backed symbols only, which the inputs' shapes bind.
-        for g in self.guards() {
-            if let Ok(0) = self.evaluate(g.cond, bindings) {
-                return Err(SymError::GuardFailed {
-                    guard: self.text(g.cond),
-                });
             }
         }
         Ok(())

@@ -5,12 +5,14 @@
 //! to a short one. Each chain starts from a fresh input; every chain's last value, and some values
 //! along the way, are outputs.
 
+mod guarded;
 mod indexing;
 mod steps;
 
 use guardless_ir::graph::Graph;
 
-/// The graph's input symbols: `(name, min, max, optimization hint)`, all unbacked.
+/// The graph's input symbols: `(name, min, max, optimization hint)`, unbacked unless a graph
+/// declares them backed ([`Kind`]).
 pub const SYMBOLS: [(&str, i64, i64, i64); 2] = [("u0", 0, 100_000, 4096), ("u1", 1, 64, 8)];
 
 /// The symbol values random graphs run at: empty, one, primes, and far from the hints.
@@ -110,6 +112,8 @@ struct Builder<'a> {
     opaque: usize,
     /// Symbols some input has as a whole dimension (what binds them at run time).
     bound: Vec<String>,
+    /// The input symbols declared backed: steps whose sizes need guards take only these.
+    backed: Vec<&'static str>,
     /// Data-dependent symbols (counts of `masked_select`, `nonzero`), declared with the graph.
     counts: Vec<String>,
     /// The dtype of the nodes [`Builder::node`] makes: the current value's, unless a step says.
@@ -286,9 +290,31 @@ impl Builder<'_> {
     }
 }
 
-/// A random graph named `name` from `choices`: up to `chains` chains of up to `steps` steps each.
-/// Returns the graph and its JSON text (to print when a comparison fails).
+/// How a graph declares one of its input [`SYMBOLS`].
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Unbacked,
+    /// Backed, with this example value: lowering may specialize on it and record guards.
+    Backed(i64),
+}
+
+/// A random graph named `name` from `choices`: up to `chains` chains of up to `steps` steps each,
+/// its input symbols unbacked. Returns the graph and its JSON text (to print when a comparison
+/// fails).
 pub fn graph(name: &str, choices: &[u32], chains: usize, steps: usize) -> (Graph, String) {
+    graph_of(name, choices, chains, steps, [Kind::Unbacked; 2])
+}
+
+/// As [`graph`], with the input symbols declared as `kinds` (in [`SYMBOLS`] order). Steps that
+/// need guards (a split of a size into pieces, a size that broadcasts or equals a constant) take
+/// only backed sizes.
+pub fn graph_of(
+    name: &str,
+    choices: &[u32],
+    chains: usize,
+    steps: usize,
+    kinds: [Kind; 2],
+) -> (Graph, String) {
     let mut b = Builder {
         choices,
         at: 0,
@@ -297,6 +323,12 @@ pub fn graph(name: &str, choices: &[u32], chains: usize, steps: usize) -> (Graph
         outputs: Vec::new(),
         opaque: 0,
         bound: Vec::new(),
+        backed: SYMBOLS
+            .iter()
+            .zip(kinds)
+            .filter(|(_, k)| matches!(k, Kind::Backed(_)))
+            .map(|((n, ..), _)| *n)
+            .collect(),
         counts: Vec::new(),
         dtype: "f32",
     };
@@ -327,11 +359,15 @@ pub fn graph(name: &str, choices: &[u32], chains: usize, steps: usize) -> (Graph
     let inputs = b.inputs.join(", ");
     let mut symbols: Vec<String> = SYMBOLS
         .iter()
-        .filter(|(n, ..)| b.bound.iter().any(|s| s == n))
-        .map(|(n, lo, hi, hint)| {
-            format!(
+        .zip(kinds)
+        .filter(|((n, ..), _)| b.bound.iter().any(|s| s == n))
+        .map(|((n, lo, hi, hint), kind)| match kind {
+            Kind::Unbacked => format!(
                 r#"{{"name": "{n}", "kind": "unbacked", "min": {lo}, "max": {hi}, "optimization_hint": {hint}}}"#
-            )
+            ),
+            Kind::Backed(h) => format!(
+                r#"{{"name": "{n}", "kind": "backed", "hint": {h}, "min": {lo}, "max": {hi}}}"#
+            ),
         })
         .collect();
     for c in &b.counts {

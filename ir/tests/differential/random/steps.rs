@@ -3,23 +3,29 @@
 use super::{Builder, Dim, Value, VIEWS};
 
 /// Steps whose result is exact when their operand is: views, copies, padding, indexing.
-const EXACT: [usize; 17] = [
-    8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 24, 25, 26, 27, 28,
+const EXACT: [usize; 18] = [
+    8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 21, 24, 25, 26, 27, 28, 39,
 ];
 
 /// How many kinds of step [`Builder::step`] takes (0 ends a chain).
-const STEPS: usize = 39;
+const STEPS: usize = 41;
 
 /// Steps that take an integer value as it is (views, copies, indexing); the others read it
 /// converted to f32 first.
-const ANY_DTYPE: [usize; 18] = [
-    2, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 21, 24, 25, 26, 27, 28,
+const ANY_DTYPE: [usize; 19] = [
+    2, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 21, 24, 25, 26, 27, 28, 39,
 ];
 
 impl Builder<'_> {
     /// One step of a chain from `cur` (earlier values of the chain in `seen`); `None` ends it.
     pub(super) fn step(&mut self, cur: &Value, seen: &[Value]) -> Option<Value> {
-        let kind = self.pick(STEPS);
+        // Graphs with backed sizes take the steps that guard on them more often (a choice of 0
+        // still ends the chain).
+        let kind = if !self.backed.is_empty() && self.pick(4) == 1 {
+            [39, 40][self.pick(2)]
+        } else {
+            self.pick(STEPS)
+        };
         if kind == 0 {
             return None;
         }
@@ -294,6 +300,8 @@ impl Builder<'_> {
             }
             37 if rank > 0 => self.scan(cur),
             38 if rank > 0 => self.scatter(cur)?,
+            39 if rank > 0 => self.split(cur)?,
+            40 => self.guarded_broadcast(cur)?,
             _ => return None,
         };
         let mut v = v;
