@@ -10,6 +10,7 @@ use differential::*;
 use guardless_ir::graph::{DType, Graph};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
+use guardless_ir::sym::SymError;
 use guardless_ir::tensor::HostTensor;
 
 #[test]
@@ -705,4 +706,39 @@ fn attention_with_symbolic_head_counts_matches_the_reference() {
         .map(|&u| differential("sdpa with symbolic heads", &g, &[("u", u)], u as u64, true))
         .collect();
     assert_eq!(compared, [false, false, true]);
+}
+
+/// Backed head counts whose ratio only the hints give (one query head over `s` key/value heads,
+/// `s` at hint 1): taken from the hints and guarded, as any backed decision.
+#[test]
+fn attention_with_backed_head_counts_guards_their_ratio() {
+    let text = r#"{"format": "guardless-graph", "version": 1,
+        "symbols": [{"name": "s", "kind": "backed", "hint": 1, "min": 1, "max": 64}],
+        "inputs": [{"name": "q", "dtype": "f32", "shape": [1, 1, 3, 4]},
+                   {"name": "kv", "dtype": "f32", "shape": [1, "s", 5, 4]}],
+        "nodes": [{"name": "out", "op": "aten.scaled_dot_product_attention.default",
+                   "args": {"query": {"tensor": "q"}, "key": {"tensor": "kv"}, "value": {"tensor": "kv"}}}],
+        "outputs": [{"tensor": "out"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    let p = lower(&g).unwrap();
+    let guards: Vec<String> = p.env.guards().iter().map(|x| p.env.text(x.cond)).collect();
+    assert_eq!(guards, ["1 == s"]);
+    assert!(differential(
+        "sdpa with backed heads",
+        &g,
+        &[("s", 1)],
+        1,
+        false
+    ));
+    // Other sizes fail the guard (a recompile), not the range its asserts narrowed to [1, 1].
+    let err = p.env.check_bindings(&bindings_of("s", &g, &[("s", 2)]));
+    assert!(matches!(err, Err(SymError::GuardFailed { .. })), "{err:?}");
+    // Two key/value heads for one query head: no ratio, at the hint or anywhere.
+    let mut at_two = g.clone();
+    at_two
+        .env
+        .rehint_backed(&bindings_of("s", &g, &[("s", 2)]))
+        .unwrap();
+    let err = lower(&at_two).unwrap_err().to_string();
+    assert!(err.contains("constant multiple"), "{err}");
 }

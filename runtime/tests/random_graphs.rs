@@ -236,3 +236,49 @@ fn random_graphs_run_on_the_emulated_device() {
         }
     }
 }
+
+/// Backed random graphs through the generated CUDA on the emulation: specialized at the hints
+/// `(1, 1)` (every size 1 broadcasts, reductions over them are of one element) and `(13, 5)`, run
+/// at each size whose guards hold (the hints' at least).
+#[test]
+fn random_backed_graphs_run_on_the_emulated_device() {
+    for (k, [h0, h1]) in [(1u64, random::VALUES[1]), (3, random::VALUES[3])] {
+        let kinds = [Kind::Backed(h0), Kind::Backed(h1)];
+        // The first seed whose graph is valid at its hints (compiling it succeeds).
+        let (seed, g, text, exe) = (2000 + 100 * k..)
+            .take(20)
+            .find_map(|seed| {
+                let (g, text) =
+                    random::graph_of("random graph", &random::choices(seed, 2000), 16, 14, kinds);
+                let exe = Executable::new(lower(&g).ok()?).ok()?;
+                Some((seed, g, text, exe))
+            })
+            .expect("a graph valid at its hints among 20");
+        let run = std::panic::catch_unwind(|| {
+            let mut dev = emulated::Emu::new("random_backed", &exe);
+            let mut ran = 0;
+            for Run {
+                what, b, inputs, ..
+            } in each_size(&g, seed)
+            {
+                let Ok(want) = reference::run(&g, &inputs, &b) else {
+                    continue;
+                };
+                if exe.program.env.check_bindings(&b).is_err() {
+                    continue;
+                }
+                let (got, ..) = emulated::run(&mut dev, &exe, Inputs::Host(&inputs), &b)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(got.len(), want.len());
+                for (i, (gt, w)) in got.iter().zip(&want).enumerate() {
+                    differential::assert_close(&format!("{what} output {i}"), gt, w);
+                }
+                ran += 1;
+            }
+            assert!(ran >= 1, "no size ran, not even the hints");
+        });
+        if let Err(e) = run {
+            panic!("{}\n{text}", message(e));
+        }
+    }
+}

@@ -151,3 +151,34 @@ fn an_assert_made_under_a_guard_binds_only_calls_that_pass_the_guard() {
     );
     assert_eq!(specs.recompiles(), 1);
 }
+
+#[test]
+fn a_size_asserted_equal_to_a_constant_under_a_guard_still_broadcasts() {
+    // `x[s, 4] + c[5, 4]` at hint 5: guard s != 1, and s == 5 asserted under it.
+    let text = r#"{"format": "guardless-graph", "version": 1, "name": "against a constant",
+        "symbols": [{"name": "s", "kind": "backed", "hint": 5, "min": 1, "max": 1000}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["s", 4]},
+                   {"name": "c", "dtype": "f32", "shape": [5, 4]}],
+        "nodes": [{"name": "out", "op": "aten.add.Tensor",
+                   "args": {"self": {"tensor": "x"}, "other": {"tensor": "c"}}}],
+        "outputs": [{"tensor": "out"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    let mut specs = Specializations::new(g.clone(), compile(g.clone()).unwrap());
+    let call = |specs: &mut Specializations<CpuProgram>, s: usize| {
+        let x = HostTensor::from_f64(guardless_ir::graph::DType::F32, &[s, 4], &vec![1.0; s * 4]);
+        let c = HostTensor::from_f64(guardless_ir::graph::DType::F32, &[5, 4], &[2.0; 20]);
+        let ins = [x, c];
+        let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
+        let sel = specs.select(&b, compile)?;
+        let out = sel.artifact.run(&ins, &b, &RunOptions::default()).unwrap();
+        Ok::<_, SpecializeError<CpuError>>((sel.recompiled, out[0].numel(), out[0].get_f64(19)))
+    };
+    assert_eq!(call(&mut specs, 5).unwrap(), (None, 20, 3.0));
+    // s = 1 broadcasts: the guard fails, so a recompile, not the assert's error.
+    let (recompiled, numel, last) = call(&mut specs, 1).unwrap();
+    assert!(recompiled.is_some());
+    assert_eq!((numel, last), (20, 3.0));
+    let err = call(&mut specs, 3).unwrap_err();
+    assert!(matches!(err, SpecializeError::Values(_)), "{err}");
+    assert_eq!(specs.recompiles(), 1);
+}

@@ -1360,6 +1360,34 @@ fn norm(l: &mut Lowerer, n: &GraphNode, x: LTensor, k: usize, rms: bool) -> R<Ve
     Ok(vec![out, mean, rstd])
 }
 
+/// The constant `r` with `hq == r · hk`: proved (head counts may be symbolic, or asserted equal
+/// to constants), or for backed head counts taken from their hints and guarded.
+fn head_ratio(l: &mut Lowerer, hq: Expr, hk: Expr) -> Option<i64> {
+    let (a, c) = (l.env.simplify(hq), l.env.simplify(hk));
+    let same = l.env.pool_mut().eq(a, c);
+    if a == c || l.env.statically_known_true(same) {
+        return Some(1);
+    }
+    let ratio = l.env.pool_mut().floordiv(a, c);
+    let ratio = l.env.simplify(ratio);
+    let r = match l.env.pool().as_const(ratio) {
+        Some(r) => r,
+        None => {
+            let (ha, hc) = (l.env.guarding_hint(a).ok()?, l.env.guarding_hint(c).ok()?);
+            if hc <= 0 || ha % hc != 0 {
+                return None;
+            }
+            ha / hc
+        }
+    };
+    if r < 1 {
+        return None;
+    }
+    let rc = l.env.pool_mut().scale(c, r);
+    let exact = l.env.pool_mut().eq(a, rc);
+    (a == rc || l.env.guard_or_false(exact)).then_some(r)
+}
+
 /// `scaled_dot_product_attention` by its decomposition: `softmax(q·kᵀ·scale + mask)·v`, with
 /// grouped-query heads read through an index map (no copy) and the causal mask as an index
 /// predicate. Inference only: a non-zero dropout is an error.
@@ -1396,28 +1424,9 @@ fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         (_, Some(head_dim)) => Some(1.0 / (head_dim as f64).sqrt()),
         _ => None,
     };
-    // Grouped-query attention: query head h reads key/value head h / (hq / hk), for a ratio
-    // that is a proved constant (head counts may be symbolic, or asserted equal to constants).
-    let rep = {
-        let (a, c) = (l.env.simplify(hq), l.env.simplify(hk));
-        let same = l.env.pool_mut().eq(a, c);
-        let ratio = if a == c || l.env.statically_known_true(same) {
-            l.env.pool().one()
-        } else {
-            l.env.pool_mut().floordiv(a, c)
-        };
-        let ratio = l.env.simplify(ratio);
-        match l.env.pool().as_const(ratio) {
-            Some(r) if r >= 1 => {
-                let rc = l.env.pool_mut().scale(c, r);
-                let exact = l.env.pool_mut().eq(a, rc);
-                if !(a == rc || l.env.statically_known_true(exact)) {
-                    return msg("query heads must be a constant multiple of key/value heads");
-                }
-                r
-            }
-            _ => return msg("query heads must be a constant multiple of key/value heads"),
-        }
+    // Grouped-query attention: query head h reads key/value head h / (hq / hk).
+    let Some(rep) = head_ratio(l, hq, hk) else {
+        return msg("query heads must be a constant multiple of key/value heads");
     };
     let repeat = |t: &LTensor| -> LTensor {
         if rep == 1 {

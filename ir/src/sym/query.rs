@@ -279,10 +279,22 @@ impl ShapeEnv {
         })
     }
 
-    /// Checks run-time values against every declared range, recorded guard and deferred assert; the
-    /// error names the symbol, the guard or the assert. An assert over a symbol without a value yet (one a data-dependent op
-    /// produces later) is skipped: it is checked once that value exists.
+    /// Checks run-time values against every recorded guard, range (declared, or narrowed by an
+    /// assert) and deferred assert; the error names the guard, the symbol or the assert. An
+    /// assert over a symbol without a value yet (one a data-dependent op produces later) is
+    /// skipped: it is checked once that value exists.
     pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
+        // Guards first: the asserts, and the ranges they narrowed, were recorded under them (a
+        // backed size guarded `!= 1` is asserted equal to what it meets), so a failed guard means
+        // another specialization, not invalid values. Guards involve backed symbols only, which
+        // the inputs' shapes bind.
+        for g in self.guards() {
+            if let Ok(0) = self.evaluate(g.cond, bindings) {
+                return Err(SymError::GuardFailed {
+                    guard: self.text(g.cond),
+                });
+            }
+        }
         for (i, st) in self.syms.iter().enumerate() {
             let id = SymbolId(i as u32);
             if let Some(v) = bindings.get(id) {
@@ -293,16 +305,6 @@ impl ShapeEnv {
                         range: st.range.to_string(),
                     });
                 }
-            }
-        }
-        // Guards first: the asserts were recorded under them (a backed size guarded `!= 1` is
-        // asserted equal to what it meets), so a failed guard means another specialization, not
-        // invalid values. Guards involve backed symbols only, which the inputs' shapes bind.
-        for g in self.guards() {
-            if let Ok(0) = self.evaluate(g.cond, bindings) {
-                return Err(SymError::GuardFailed {
-                    guard: self.text(g.cond),
-                });
             }
         }
         for &a in self.runtime_asserts() {

@@ -257,7 +257,19 @@ impl Builder<'_> {
         let d = self.axis(s.len());
         let args = format!(r#""self": {x}, "dim": {d}"#);
         match self.pick(4) {
-            0 => self.node("aten.cumprod.default", &args, s, None),
+            // Of factors below 1 in magnitude: a product of a hundred factors up to 2 reaches
+            // 1e19, whose square (a later variance) overflows f32 where the f64 reference does
+            // not — as it would in torch.
+            0 => {
+                let t = self.node(
+                    "aten.tanh.default",
+                    &format!(r#""self": {x}"#),
+                    s.clone(),
+                    None,
+                );
+                let args = format!(r#""self": {}, "dim": {d}"#, t.r);
+                self.node("aten.cumprod.default", &args, s, None)
+            }
             1 => self.node("aten.logcumsumexp.default", &args, s, None),
             k => {
                 let op = ["aten.cummax.default", "aten.cummin.default"][k - 2];
