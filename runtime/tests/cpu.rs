@@ -400,3 +400,11 @@ fn a_reduction_over_a_size_later_asserted_one_sums_each_row() {
     let compared = check("sum then view", &g, "u", &[1, 3], 5, true, (0, 4));
     assert_eq!(compared, 1);
 }
+
+/// Inputs declared transposed, read by library steps, a reduction, a copy and as outputs.
+#[test]
+fn transposed_inputs_match_the_reference() {
+    let g = test_graph("transposed_inputs.json");
+    let compared = check("transposed inputs", &g, "u0", &SIZES, 3, false, (0, 4));
+    assert_eq!(compared, SIZES.len());
+}

@@ -376,9 +376,11 @@ impl<'g> Lowerer<'g> {
         body.ops.len() <= CHEAP_OPS && !body.ops.iter().any(|(op, _)| op.is_transcendental())
     }
 
-    /// Computes `t` into a new contiguous buffer (unless it already is one).
+    /// Computes `t` into a new contiguous buffer (unless it already is one: a graph input
+    /// declared transposed is read through its strides into a copy, since library steps and
+    /// outputs take row-major storage).
     pub fn realize(&mut self, t: LTensor, origin: &str) -> LTensor {
-        if t.buffer.is_some() {
+        if t.buffer.is_some_and(|b| self.row_major(b)) {
             return t;
         }
         let vars = self.index_vars("x", &t.sizes);
@@ -397,6 +399,22 @@ impl<'g> Lowerer<'g> {
             reduction: None,
         };
         self.add_computed(t.dtype, &t.sizes, loops, body.finish(v), origin)
+    }
+
+    /// Whether buffer `b` is stored row-major from offset 0 (strides of size-1 dimensions aside),
+    /// for every value of its sizes.
+    fn row_major(&mut self, b: BufferId) -> bool {
+        let layout = self.buffers[b.index()].layout.clone();
+        let want = Layout::contiguous(&mut self.env, &layout.sizes);
+        let zero = self.env.pool().zero();
+        let same = |l: &mut Self, a: Expr, b: Expr| {
+            let c = l.env.pool_mut().eq(a, b);
+            a == b || l.env.statically_known_true(c)
+        };
+        same(self, layout.offset, zero)
+            && (0..layout.sizes.len()).all(|k| {
+                self.provably_one(layout.sizes[k]) || same(self, layout.strides[k], want.strides[k])
+            })
     }
 
     /// Reduces `t` over `dims` (normalized, sorted) with `kind`; `acc` is the accumulation dtype

@@ -160,6 +160,41 @@ impl Program {
         Ok(outs)
     }
 
+    /// An input's elements (row-major, as a host tensor holds them) in the storage of its
+    /// declared layout: a transposed or channels-last input is stored permuted.
+    fn place(&self, buf: &Buffer, logical: Vec<V>, b: &Bindings) -> Result<Vec<V>, String> {
+        let l = buf
+            .layout
+            .evaluate(&self.env, b)
+            .map_err(|e| e.to_string())?;
+        let mut row_major = true;
+        let mut step = 1i64;
+        for (&n, &s) in l.sizes.iter().zip(&l.strides).rev() {
+            row_major &= n <= 1 || s == step;
+            step = step.saturating_mul(n);
+        }
+        if row_major && l.offset == 0 {
+            return Ok(logical);
+        }
+        let Some(fill) = logical.first().copied() else {
+            return Ok(logical);
+        };
+        let mut storage = vec![fill; l.extent()?];
+        let mut idx = vec![0i64; l.sizes.len()];
+        for v in logical {
+            let at = l.offset + idx.iter().zip(&l.strides).map(|(i, s)| i * s).sum::<i64>();
+            storage[at as usize] = v;
+            for d in (0..idx.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < l.sizes[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(storage)
+    }
+
     fn numel_of(&self, buf: &Buffer, b: &Bindings) -> Result<i64, RunError> {
         let fail = fail_for(buf);
         buf.layout.sizes.iter().try_fold(1i64, |acc, &s| {
@@ -296,10 +331,11 @@ impl Program {
                         message: format!("{} elements, expected {numel}", t.numel()),
                     });
                 }
-                match &t.data {
+                let logical: Vec<V> = match &t.data {
                     Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
                     Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
-                }
+                };
+                self.place(buf, logical, b).map_err(fail)?
             }
             BufferKind::View { .. } => return Ok(()),
             BufferKind::Select { input, mask, count } => {

@@ -162,8 +162,12 @@ impl Builder<'_> {
         } else {
             ""
         };
+        let strides = match self.layout(shape) {
+            Some(s) => format!(r#", "strides": [{}]"#, s.join(", ")),
+            None => String::new(),
+        };
         self.inputs.push(format!(
-            r#"{{"name": "{name}", "dtype": "{dtype}", "shape": [{}]{kind}}}"#,
+            r#"{{"name": "{name}", "dtype": "{dtype}", "shape": [{}]{kind}{strides}}}"#,
             dims.join(", ")
         ));
         Some(Value {
@@ -172,6 +176,30 @@ impl Builder<'_> {
             dtype,
             exact: true,
         })
+    }
+
+    /// Sometimes a non-contiguous layout for an input of `shape`: its dimensions stored in
+    /// another order (the last two swapped, or all reversed), as the strides of a permuted
+    /// contiguous tensor — what a transposed or channels-last tensor passed in is.
+    fn layout(&mut self, shape: &[Dim]) -> Option<Vec<String>> {
+        let rank = shape.len();
+        if rank < 2 || self.pick(4) != 0 {
+            return None;
+        }
+        // `order`: the dimensions from outermost to innermost in memory.
+        let mut order: Vec<usize> = (0..rank).collect();
+        if self.coin() {
+            order.swap(rank - 2, rank - 1);
+        } else {
+            order.reverse();
+        }
+        let mut strides = vec![Dim::c(1); rank];
+        let mut step = Dim::c(1);
+        for &d in order.iter().rev() {
+            strides[d] = step.clone();
+            step = step.times(&shape[d])?;
+        }
+        strides.iter().map(Dim::text).collect()
     }
 
     /// A node `op(args)` of the given shape and of [`Builder::dtype`]; `index` picks one of
