@@ -91,6 +91,18 @@ pub enum Arg {
     SymBool(Expr),
 }
 
+impl Arg {
+    /// The tensors the argument refers to (none, one, or a list's present ones).
+    pub fn tensor_refs(&self) -> impl Iterator<Item = &TensorRef> {
+        let (one, list) = match self {
+            Arg::Tensor(r) => (Some(r), &[][..]),
+            Arg::Tensors(rs) => (None, &rs[..]),
+            _ => (None, &[][..]),
+        };
+        one.into_iter().chain(list.iter().flatten())
+    }
+}
+
 static SCHEMAS: OnceLock<FxHashMap<String, Schema>> = OnceLock::new();
 
 /// The schema of an overload, if guardless reads it.

@@ -145,13 +145,10 @@ impl<'g> Lowerer<'g> {
             }
         };
         for n in &graph.nodes {
-            for a in &n.args {
-                match a {
-                    Arg::Tensor(r) => count(r),
-                    Arg::Tensors(rs) => rs.iter().flatten().for_each(&mut count),
-                    _ => {}
-                }
-            }
+            n.args
+                .iter()
+                .flat_map(Arg::tensor_refs)
+                .for_each(&mut count);
         }
         for o in &graph.outputs {
             count(&o.tensor);

@@ -52,7 +52,7 @@ pub fn run(
             op: node.op.clone(),
             message,
         };
-        for r in node.args.iter().flat_map(tensor_refs) {
+        for r in node.args.iter().flat_map(Arg::tensor_refs) {
             check_exists(graph, &values, r).map_err(err)?;
         }
         let outs = ops::run_node(graph, node, &get, &bindings).map_err(|e| match e {
@@ -121,15 +121,6 @@ pub fn run(
             Producer::Node(n) => values[n][o.tensor.index.unwrap_or(0)].clone(),
         })
         .collect())
-}
-
-/// The tensors an argument refers to.
-fn tensor_refs(a: &Arg) -> Vec<&TensorRef> {
-    match a {
-        Arg::Tensor(r) => vec![r],
-        Arg::Tensors(rs) => rs.iter().flatten().collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// How many outputs a node of a list (`split`, `unbind`) gives depends on sizes: one it did not

@@ -184,13 +184,7 @@ impl Program {
         for v in logical {
             let at = l.offset + idx.iter().zip(&l.strides).map(|(i, s)| i * s).sum::<i64>();
             storage[at as usize] = v;
-            for d in (0..idx.len()).rev() {
-                idx[d] += 1;
-                if idx[d] < l.sizes[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
+            super::library::next_index(&mut idx, &l.sizes);
         }
         Ok(storage)
     }
