@@ -4,7 +4,8 @@
 //! divisor is an index expression (a constant unless padding or ceil mode clip some windows), so
 //! it costs nothing per tap.
 
-use super::ops::{map, msg, opt_int};
+use super::args::{msg, opt_int};
+use super::pointwise::map;
 use super::pool::{pooled_sizes, pooling_input, window, Window};
 use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
@@ -127,7 +128,7 @@ const MAX_ADAPTIVE_TAPS: i64 = 256;
 pub(super) fn adaptive_avg_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     let x = pooling_input(l, n)?;
     let rank = x.sizes.len();
-    let outs = match super::ops::const_ints(l, n, "output_size")?[..] {
+    let outs = match super::args::const_ints(l, n, "output_size")?[..] {
         [h, w] if h > 0 && w > 0 => [h, w],
         ref v => {
             return msg(format!(

@@ -8,7 +8,9 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, int, map, matmul, msg, tensor};
+use super::args::{const_ints, int, msg, tensor};
+use super::matmul::matmul;
+use super::pointwise::map;
 use super::promote::compute_dtype;
 use super::views::{assert_equal, numel, permute, view};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};

@@ -6,7 +6,8 @@
 
 use std::rc::Rc;
 
-use super::ops::{map, msg, tensor};
+use super::args::{msg, tensor};
+use super::pointwise::map;
 use super::pool::float;
 use super::promote::compute_dtype;
 use super::views::{assert_equal, broadcast_sizes, expand};

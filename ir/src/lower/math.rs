@@ -3,7 +3,9 @@
 //! whole (`hardtanh`, `leaky_relu`, `elu`). Each op is a row of a table where it maps onto one
 //! loop-IR op; the rest are short compositions.
 
-use super::ops::{float_of, map, msg, scalar_arg, scalar_value, tensor};
+use super::args::{msg, scalar_arg, scalar_value, tensor};
+use super::pointwise::map;
+use super::promote::float_of;
 use super::promote::result_type;
 use super::{LTensor, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};

@@ -4,17 +4,27 @@
 //! a tensor becomes a buffer ("realized") when it is a reduction, a graph output, or read by
 //! several nodes. Every size decision goes through the guard-free queries.
 
+mod args;
+mod attention;
 mod avg_pool;
+mod checks;
 mod conv;
 mod distance;
+mod factories;
+mod indexing;
+mod library;
 mod math;
+mod matmul;
 mod norms;
 mod ops;
 mod overwrite;
+mod pointwise;
 mod pool;
 mod promote;
+mod reductions;
 mod routing;
 mod search;
+mod slices;
 mod strided_views;
 mod views;
 

@@ -1,11 +1,12 @@
-//! Statistics of normalizations over the data ([`standardize`]: the mean, then the biased
-//! variance of the deviations in a second pass, `rstd = rsqrt(var + eps)`), used by the layer and
-//! RMS norms (`ops.rs`) and here by `native_group_norm` (per sample and group of channels) and
+//! Normalizations. Their statistics over the data ([`standardize`]: the mean, then the biased
+//! variance of the deviations in a second pass, `rstd = rsqrt(var + eps)`) serve the layer and
+//! RMS norms over trailing dimensions, and `native_group_norm` (per sample and group of channels) and
 //! `_native_batch_norm_legit.no_stats` in training mode (per channel over the batch and space:
 //! what `InstanceNorm` exports as, on a `[1, N·C, …]` view), whose per-channel affine is rounded
 //! once to the input's dtype.
 
-use super::ops::{map, msg, number, tensor};
+use super::args::{ints, msg, number, tensor};
+use super::pointwise::map;
 use super::pool::float;
 use super::promote::compute_dtype;
 use super::views::view;
@@ -159,4 +160,62 @@ pub(super) fn batch_norm_batch_stats(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LT
         map(l, &[t], cd, dtype, |_, v| v[0])
     };
     Ok(vec![out, stat(l, mean)?, stat(l, rstd)?])
+}
+
+/// `native_layer_norm` and `rms_norm` over the trailing `normalized_shape`.
+pub(super) fn layer_norm(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor>> {
+    let x = tensor(l, n, "input")?;
+    let normalized = ints(n, "normalized_shape")?;
+    norm(l, n, x, normalized.len(), name == "rms_norm")
+}
+
+/// `native_layer_norm` (outputs: normalized, mean, rstd) and `rms_norm` over the last `k` dims.
+fn norm(l: &mut Lowerer, n: &GraphNode, x: LTensor, k: usize, rms: bool) -> R<Vec<LTensor>> {
+    let dtype = x.dtype;
+    if !dtype.is_float() {
+        return msg(format!(
+            "normalization needs a floating dtype, found {dtype}"
+        ));
+    }
+    let rank = x.sizes.len();
+    if k == 0 || k > rank {
+        return msg(format!(
+            "normalized_shape has {k} dimensions, the input {rank}"
+        ));
+    }
+    let dims: Vec<usize> = (rank - k..rank).collect();
+    let cd = compute_dtype(dtype);
+    let eps = match n.arg("eps") {
+        Some(Arg::Float(f)) => *f,
+        // rms_norm's default: the dtype's machine epsilon.
+        _ => match dtype {
+            DType::F64 => f64::EPSILON,
+            DType::F16 => 0.0009765625,
+            DType::BF16 => 0.0078125,
+            _ => f32::EPSILON as f64,
+        },
+    };
+    let (mut out, mean, rstd) = super::norms::standardize(l, n, &x, &dims, eps, !rms)?;
+    for (arg, bin) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
+        if let Some(Arg::Tensor(_)) = n.arg(arg) {
+            let w = tensor(l, n, arg)?;
+            out = map(l, &[out, w], cd, cd, move |c, v| {
+                c.body.binary(bin, v[0], v[1])
+            })?;
+        }
+    }
+    let out = map(l, &[out], cd, dtype, |_, v| v[0])?;
+    if rms {
+        return Ok(vec![out]);
+    }
+    // mean and rstd in the input's dtype, as ATen's CPU kernel returns them.
+    let mean = map(
+        l,
+        &[mean.expect("layer norm has a mean")],
+        cd,
+        dtype,
+        |_, v| v[0],
+    )?;
+    let rstd = map(l, &[rstd], cd, dtype, |_, v| v[0])?;
+    Ok(vec![out, mean, rstd])
 }

@@ -6,10 +6,12 @@
 
 use std::rc::Rc;
 
-use super::ops::{dim_arg, map, msg, scalar_arg, scalar_value, tensor};
+use super::args::{dim_arg, msg, scalar_arg, scalar_value, tensor};
+use super::pointwise::map;
 use super::promote::compute_dtype;
 use super::routing::ScatterStep;
-use super::views::{assert_equal, broadcast, expand, numel, slice, slice_range, view, wrap_index};
+use super::slices::{slice, slice_range, wrap_index};
+use super::views::{assert_equal, broadcast, expand, numel, view};
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
 use crate::loop_ir::{BinaryOp, BodyBuilder, Constant, ScanKind, ScatterCombine};
@@ -76,7 +78,7 @@ pub(super) fn select_scatter(
     index: Expr,
 ) -> R<LTensor> {
     // `select` checks the index's range (at run time when it is symbolic).
-    let region = super::views::select(l, x.clone(), dim, index)?;
+    let region = super::slices::select(l, x.clone(), dim, index)?;
     same_shape(l, &region.sizes, &src, "select_scatter")?;
     let at = wrap_index(l, index, x.sizes[dim]);
     Ok(pick(
@@ -98,7 +100,7 @@ pub(super) fn copy(l: &mut Lowerer, x: LTensor, src: LTensor) -> R<LTensor> {
     }
     let from = src.dtype;
     let src = expand(l, src, &x.sizes)?;
-    super::ops::map(l, &[src], from, x.dtype, |_, v| v[0])
+    super::pointwise::map(l, &[src], from, x.dtype, |_, v| v[0])
 }
 
 /// `src` must have `sizes` (a scatter's region of the base).
@@ -393,7 +395,7 @@ pub(super) fn masked_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     )?;
     let ones = l.realize(ones, &n.name);
     let flat = view(l, ones, &[total])?;
-    let (_, counts) = super::ops::scan(l, n, flat, 0, ScanKind::Sum, DType::I64)?;
+    let (_, counts) = super::library::scan(l, n, flat, 0, ScanKind::Sum, DType::I64)?;
     let counts = view(l, counts, &sizes)?;
     let src_len = numel(l, &source.sizes);
     let source = view(l, source, &[src_len])?;

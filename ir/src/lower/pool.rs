@@ -5,7 +5,8 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, map, msg, tensor};
+use super::args::{const_ints, msg, tensor};
+use super::pointwise::map;
 use super::promote::compute_dtype;
 use super::views::view;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};

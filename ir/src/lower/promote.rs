@@ -13,6 +13,15 @@ pub fn compute_dtype(d: DType) -> DType {
     }
 }
 
+/// The dtype of a float-valued function of `d`: integers and bools give f32.
+pub(super) fn float_of(d: DType) -> DType {
+    if d.is_float() {
+        d
+    } else {
+        DType::F32
+    }
+}
+
 fn category(d: DType) -> u8 {
     match d {
         DType::Bool => 0,

@@ -4,8 +4,9 @@
 
 use std::rc::Rc;
 
-use super::ops::{const_ints, int, ints, msg, opt_int, scalar_arg, tensor};
-use super::views::{assert_equal, expand, index_plan, numel, view};
+use super::args::{const_ints, int, ints, msg, opt_int, scalar_arg, tensor};
+use super::indexing::index_plan;
+use super::views::{assert_equal, expand, numel, view};
 use super::{compute_dtype, Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
 use crate::loop_ir::{
@@ -122,7 +123,7 @@ pub(super) fn index(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     } else {
         idx
     };
-    super::views::advanced_index(l, x, idx)
+    super::indexing::advanced_index(l, x, idx)
 }
 
 /// The result dimension that holds a mask's count: the index tensors broadcast right-aligned, the
@@ -317,7 +318,7 @@ pub(super) fn repeat_interleave(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
             size
         }
     };
-    let as_i64 = super::ops::map(l, &[r], rd, DType::I64, |_, v| v[0])?;
+    let as_i64 = super::pointwise::map(l, &[r], rd, DType::I64, |_, v| v[0])?;
     let input = l.realize(as_i64, &n.name).buffer.expect("realized");
     let ends = l.add_buffer(
         BufferKind::Scan {
@@ -348,7 +349,7 @@ pub(super) fn repeat_interleave(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     if rd == DType::I64 {
         return Ok(out);
     }
-    super::ops::map(l, &[out], DType::I64, rd, |_, v| v[0])
+    super::pointwise::map(l, &[out], DType::I64, rd, |_, v| v[0])
 }
 
 /// A float constant of `min`/`max`.

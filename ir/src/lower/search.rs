@@ -7,7 +7,7 @@
 
 use std::rc::Rc;
 
-use super::ops::{msg, tensor};
+use super::args::{msg, tensor};
 use super::promote::{compute_dtype, result_type};
 use super::views::assert_equal;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};

@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use super::ops::{dim_arg, int, ints, msg, opt_int, tensor};
+use super::args::{dim_arg, int, ints, msg, opt_int, tensor};
 use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::GraphNode;

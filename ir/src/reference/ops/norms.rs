@@ -2,8 +2,8 @@
 //! (per sample and group of channels) and `_native_batch_norm_legit.no_stats` (per channel over
 //! the batch and space). Biased variance; `rstd = 1 / sqrt(var + eps)`.
 
-use super::{build, elem, fail, Node, E, R};
-use crate::graph::Arg;
+use super::{build, elem, fail, flat, out, reduce, strides, unflatten, wrap, Node, Operand, E, R};
+use crate::graph::{Arg, DType};
 use crate::tensor::HostTensor;
 
 /// `eps`: a float, or an integer read as one.
@@ -116,4 +116,140 @@ pub(super) fn batch_norm_batch_stats(n: &Node) -> R<Vec<HostTensor>> {
         build(x.dtype, vec![c], mean),
         build(x.dtype, vec![c], rstd),
     ])
+}
+
+/// Layer and RMS norms, `var` and `var_mean`: mean and variance over dimensions in f64.
+pub(super) fn moments(n: &Node, name: &str) -> R<Vec<HostTensor>> {
+    let x = n.tensor(if name.starts_with("var") {
+        "self"
+    } else {
+        "input"
+    })?;
+    if !x.dtype.is_float() {
+        return fail("needs a floating dtype");
+    }
+    let rank = x.shape.len();
+    let dims: Vec<usize> = if name.starts_with("var") {
+        let d = n.ints("dim")?;
+        let mut d: Vec<usize> = if d.is_empty() {
+            (0..rank).collect()
+        } else {
+            d.iter().map(|&k| wrap(k, rank)).collect::<R<_>>()?
+        };
+        d.sort_unstable();
+        d
+    } else {
+        let k = n.ints("normalized_shape")?.len();
+        if k == 0 || k > rank {
+            return fail("bad normalized_shape");
+        }
+        (rank - k..rank).collect()
+    };
+    let count: usize = dims.iter().map(|&d| x.shape[d]).product();
+    let sum = reduce(&x, &dims, true, DType::F64, Some(E::F(0.0)), |a, v| {
+        E::F(a.f() + v.f())
+    })?;
+    let st = strides(&x.shape);
+    let rst = strides(&sum.shape);
+    let reduced_at = |i: usize| -> usize {
+        let mut idx = unflatten(i, &x.shape);
+        for &d in &dims {
+            idx[d] = 0;
+        }
+        flat(&idx, &rst)
+    };
+    let rms = name == "rms_norm";
+    let mean: Vec<f64> = (0..sum.numel())
+        .map(|i| {
+            if rms {
+                0.0
+            } else {
+                elem(&sum, i).f() / count as f64
+            }
+        })
+        .collect();
+    let mut ss = vec![0.0; sum.numel()];
+    for i in 0..x.numel() {
+        let d = elem(&x, flat(&unflatten(i, &x.shape), &st)).f() - mean[reduced_at(i)];
+        ss[reduced_at(i)] += d * d;
+    }
+    if name.starts_with("var") {
+        let correction = match n.node.arg("correction") {
+            Some(Arg::Scalar(s)) => match n.number(*s)? {
+                Operand::Number(v, _) => v.f(),
+                Operand::Tensor(_) => unreachable!(),
+            },
+            _ => 1.0,
+        };
+        let denom = (count as f64 - correction).max(0.0);
+        let keep = n.flag("keepdim");
+        let shape: Vec<usize> = (0..rank)
+            .filter_map(|k| {
+                if dims.contains(&k) {
+                    keep.then_some(1)
+                } else {
+                    Some(x.shape[k])
+                }
+            })
+            .collect();
+        let var = build(
+            x.dtype,
+            shape.clone(),
+            ss.iter().map(|&s| E::F(s / denom)).collect(),
+        );
+        if name == "var" {
+            return out(var);
+        }
+        return Ok(vec![
+            var,
+            build(x.dtype, shape, mean.iter().map(|&m| E::F(m)).collect()),
+        ]);
+    }
+    let eps = match n.node.arg("eps") {
+        Some(Arg::Float(f)) => *f,
+        _ => match x.dtype {
+            DType::F64 => f64::EPSILON,
+            DType::F16 => 0.0009765625,
+            DType::BF16 => 0.0078125,
+            _ => f32::EPSILON as f64,
+        },
+    };
+    let rstd: Vec<f64> = ss
+        .iter()
+        .map(|&s| 1.0 / (s / count as f64 + eps).sqrt())
+        .collect();
+    let opt = |arg: &str| -> R<Option<HostTensor>> {
+        match n.node.arg(arg) {
+            Some(Arg::Tensor(r)) => Ok(Some((n.get)(r))),
+            _ => Ok(None),
+        }
+    };
+    let (w, bias) = (opt("weight")?, opt("bias")?);
+    let norm_shape: Vec<usize> = dims.iter().map(|&d| x.shape[d]).collect();
+    let inner: usize = norm_shape.iter().product();
+    let vals: Vec<E> = (0..x.numel())
+        .map(|i| {
+            let r = reduced_at(i);
+            let mut v = (elem(&x, i).f() - mean[r]) * rstd[r];
+            if let Some(w) = &w {
+                v *= elem(w, i % inner.max(1)).f();
+            }
+            if let Some(b) = &bias {
+                v += elem(b, i % inner.max(1)).f();
+            }
+            E::F(v)
+        })
+        .collect();
+    let y = build(x.dtype, x.shape.clone(), vals);
+    if rms {
+        return out(y);
+    }
+    let stats = |v: &[f64]| {
+        build(
+            x.dtype,
+            sum.shape.clone(),
+            v.iter().map(|&m| E::F(m)).collect(),
+        )
+    };
+    Ok(vec![y, stats(&mean), stats(&rstd)])
 }

@@ -1,0 +1,137 @@
+//! Matrix products (`mm`, `bmm`, `addmm`) and attention, accumulated in f64.
+
+use super::{
+    at, build, elem, elementwise, fail, flat, out, result_type, strides, Node, Operand, E, R,
+};
+use crate::graph::{Arg, DType};
+use crate::tensor::HostTensor;
+
+/// `scaled_dot_product_attention`: scores, mask, softmax and the weighted sum, in f64.
+pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
+    let (q, k, v) = (n.tensor("query")?, n.tensor("key")?, n.tensor("value")?);
+    let rank = q.shape.len();
+    if !(2..=4).contains(&rank) || k.shape.len() != rank || v.shape.len() != rank {
+        return fail("expects query, key and value of one rank, 2 to 4 dimensions");
+    }
+    // Fewer dimensions read as leading sizes of 1: the same flat positions.
+    let lift = |s: &[usize]| [vec![1; 4 - rank], s.to_vec()].concat();
+    let (q4, k4, v4) = (lift(&q.shape), lift(&k.shape), lift(&v.shape));
+    if !matches!(n.node.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
+        return fail("dropout is not supported");
+    }
+    let (b, hq, lq, e) = (q4[0], q4[1], q4[2], q4[3]);
+    let (hk, s, ev) = (k4[1], k4[2], v4[3]);
+    // No heads at all is an empty result.
+    if hq != hk && (hk == 0 || hq % hk != 0) {
+        return fail("query heads must be a multiple of key/value heads");
+    }
+    let rep = if hq == hk { 1 } else { hq / hk };
+    let scale = match n.node.arg("scale") {
+        Some(Arg::Float(f)) => *f,
+        _ => 1.0 / (e as f64).sqrt(),
+    };
+    let causal = n.flag("is_causal");
+    let mask = match n.node.arg("attn_mask") {
+        Some(Arg::Tensor(r)) => Some((n.get)(r)),
+        _ => None,
+    };
+    let (qs, ks, vs) = (strides(&q4), strides(&k4), strides(&v4));
+    let mut vals = Vec::with_capacity(b * hq * lq * ev);
+    for bi in 0..b {
+        for h in 0..hq {
+            let kh = h / rep;
+            for i in 0..lq {
+                let mut logits = vec![0.0f64; s];
+                for (j, lg) in logits.iter_mut().enumerate() {
+                    let dot: f64 = (0..e)
+                        .map(|t| {
+                            elem(&q, flat(&[bi, h, i, t], &qs)).f()
+                                * elem(&k, flat(&[bi, kh, j, t], &ks)).f()
+                        })
+                        .sum();
+                    let mut x = dot * scale;
+                    if causal && j > i {
+                        x = f64::NEG_INFINITY;
+                    }
+                    if let Some(m) = &mask {
+                        let mv = at(&Operand::Tensor(m.clone()), &[bi, h, i, j]);
+                        if m.dtype == DType::Bool {
+                            if mv.i() == 0 {
+                                x = f64::NEG_INFINITY;
+                            }
+                        } else {
+                            x += mv.f();
+                        }
+                    }
+                    *lg = x;
+                }
+                let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
+                let total: f64 = ex.iter().sum();
+                for c in 0..ev {
+                    let acc: f64 = (0..s)
+                        .map(|j| ex[j] / total * elem(&v, flat(&[bi, kh, j, c], &vs)).f())
+                        .sum();
+                    vals.push(E::F(acc));
+                }
+            }
+        }
+    }
+    let mut shape = q.shape[..rank - 1].to_vec();
+    shape.push(ev);
+    out(build(q.dtype, shape, vals))
+}
+
+/// `mm`, `bmm`, `addmm`.
+pub(super) fn matmul(n: &Node, name: &str) -> R<Vec<HostTensor>> {
+    let (a, m) = if name == "addmm" {
+        (n.tensor("mat1")?, n.tensor("mat2")?)
+    } else {
+        (n.tensor("self")?, n.tensor("mat2")?)
+    };
+    let batched = name == "bmm";
+    let rank = if batched { 3 } else { 2 };
+    if a.shape.len() != rank || m.shape.len() != rank || a.dtype != m.dtype {
+        return fail("bad matmul operands");
+    }
+    let (bs, r, k, c) = if batched {
+        (a.shape[0], a.shape[1], a.shape[2], m.shape[2])
+    } else {
+        (1, a.shape[0], a.shape[1], m.shape[1])
+    };
+    let k2 = if batched { m.shape[1] } else { m.shape[0] };
+    if k != k2 || (batched && a.shape[0] != m.shape[0]) {
+        return fail(format!("matmul of {:?} by {:?}", a.shape, m.shape));
+    }
+    let mut vals = Vec::with_capacity(bs * r * c);
+    for b in 0..bs {
+        for i in 0..r {
+            for j in 0..c {
+                let s: f64 = (0..k)
+                    .map(|t| elem(&a, (b * r + i) * k + t).f() * elem(&m, (b * k + t) * c + j).f())
+                    .sum();
+                vals.push(E::F(s));
+            }
+        }
+    }
+    let shape = if batched { vec![bs, r, c] } else { vec![r, c] };
+    if name != "addmm" {
+        return out(build(a.dtype, shape, vals));
+    }
+    // addmm rounds once, after the bias (cuBLASLt's epilogue, ATen's CPU kernel): the
+    // product stays exact until then.
+    let bias = n.operand("self")?;
+    let (beta, alpha) = (n.number(n.scalar("beta")?)?, n.number(n.scalar("alpha")?)?);
+    let (Operand::Number(beta, _), Operand::Number(alpha, _)) = (beta, alpha) else {
+        unreachable!()
+    };
+    let d = result_type(&[&bias, &Operand::Tensor(a.clone())])?;
+    let p = Operand::Tensor(build(DType::F64, shape, vals));
+    out(elementwise(&[&bias, &p], DType::F64, d, |v| {
+        Ok(if beta.f() == 0.0 {
+            E::F(alpha.f() * v[1].f())
+        } else {
+            E::F(beta.f() * v[0].f() + alpha.f() * v[1].f())
+        })
+    })?)
+}
