@@ -186,11 +186,9 @@ pub(super) fn adaptive_avg_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTens
     for size in ins {
         let zero = l.env.pool_mut().zero();
         let ok = l.env.pool_mut().lt(zero, size);
-        if !l.env.statically_known_true(ok) {
-            l.env.check(ok).map_err(|_| {
-                NodeError::Message(format!("the input's size {} can be zero", l.env.text(size)))
-            })?;
-        }
+        l.require(ok, |env| {
+            format!("the input's size {} can be zero", env.text(size))
+        })?;
     }
     let mut sizes = x.sizes[..rank - 2].to_vec();
     for o in outs {

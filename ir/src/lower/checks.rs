@@ -18,11 +18,9 @@ pub(super) fn item(l: &mut Lowerer, n: &GraphNode) -> R<()> {
     });
     let one = l.env.pool_mut().one();
     let c = l.env.pool_mut().eq(numel, one);
-    if !l.env.statically_known_true(c) {
-        l.env.check(c).map_err(|_| {
-            NodeError::Message("item() of a tensor with more than one element".into())
-        })?;
-    }
+    l.require(c, |_| {
+        "item() of a tensor with more than one element".into()
+    })?;
     let x = l.realize(x, &n.name);
     l.add_item(x.buffer.expect("realized"), sym, &n.name);
     Ok(())

@@ -159,16 +159,14 @@ pub(super) fn convolution(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         };
         let o = l.env.simplify(o);
         let ok = l.env.pool_mut().ge(o, one);
-        if !l.env.statically_known_true(ok) {
-            l.env.check(ok).map_err(|_| {
-                NodeError::Message(format!(
-                    "the output's spatial size {} can be empty (input {}, kernel {})",
-                    l.env.text(o),
-                    l.env.text(inputs[i]),
-                    l.env.text(kernel[i])
-                ))
-            })?;
-        }
+        l.require(ok, |env| {
+            format!(
+                "the output's spatial size {} can be empty (input {}, kernel {})",
+                env.text(o),
+                env.text(inputs[i]),
+                env.text(kernel[i])
+            )
+        })?;
         outs.push(o);
     }
     let positions = numel(l, &outs);

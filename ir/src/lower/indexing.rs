@@ -52,13 +52,9 @@ pub(super) fn indexed(
             }
             for k in (0..rank).filter(|&k| k != dim) {
                 let c = l.env.pool_mut().le(index.sizes[k], src.sizes[k]);
-                if !l.env.statically_known_true(c) {
-                    l.env.check(c).map_err(|_| {
-                        NodeError::Message(format!(
-                            "gather: index size exceeds the input in dimension {k}"
-                        ))
-                    })?;
-                }
+                l.require(c, |_| {
+                    format!("gather: index size exceeds the input in dimension {k}")
+                })?;
             }
             index.sizes.clone()
         }

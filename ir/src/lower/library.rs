@@ -83,11 +83,7 @@ pub(super) fn sort(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor>
             let lo = p.ge(k, zero);
             let hi = p.le(k, sizes[dim]);
             let ok = p.and(&[lo, hi]);
-            if !l.env.statically_known_true(ok) {
-                l.env
-                    .check(ok)
-                    .map_err(|_| NodeError::Message("topk: k is out of range".into()))?;
-            }
+            l.require(ok, |_| "topk: k is out of range".into())?;
             sizes[dim] = k;
         }
         Some(k)

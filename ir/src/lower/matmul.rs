@@ -97,23 +97,17 @@ pub(super) fn matmul(
     }
     let k = rank - 1;
     let eq = l.env.pool_mut().eq(a.sizes[k], b.sizes[k - 1]);
-    if !l.env.statically_known_true(eq) {
-        l.env.check(eq).map_err(|_| {
-            NodeError::Message(format!(
-                "inner sizes {} and {} differ",
-                l.env.text(a.sizes[k]),
-                l.env.text(b.sizes[k - 1])
-            ))
-        })?;
-    }
+    l.require(eq, |env| {
+        format!(
+            "inner sizes {} and {} differ",
+            env.text(a.sizes[k]),
+            env.text(b.sizes[k - 1])
+        )
+    })?;
     let mut sizes = a.sizes[..k].to_vec();
     if batched {
         let eq = l.env.pool_mut().eq(a.sizes[0], b.sizes[0]);
-        if !l.env.statically_known_true(eq) {
-            l.env
-                .check(eq)
-                .map_err(|_| NodeError::Message("batch sizes differ".into()))?;
-        }
+        l.require(eq, |_| "batch sizes differ".into())?;
     }
     sizes.push(b.sizes[k]);
     let dtype = if widened {

@@ -485,6 +485,21 @@ impl<'g> Lowerer<'g> {
         self.add_computed(acc, &out_sizes, loops, body.finish(v), origin)
     }
 
+    /// Requires the condition `c`: proved from ranges, or else a runtime assert (never a guard on
+    /// an unbacked size). A condition that can never hold is an error whose message `why` gives.
+    pub(crate) fn require(
+        &mut self,
+        c: Expr,
+        why: impl FnOnce(&ShapeEnv) -> String,
+    ) -> Result<(), NodeError> {
+        if self.env.statically_known_true(c) {
+            return Ok(());
+        }
+        self.env
+            .check(c)
+            .map_err(|_| NodeError::Message(why(&self.env)))
+    }
+
     fn provably_one(&mut self, s: Expr) -> bool {
         let one = self.env.pool_mut().one();
         let c = self.env.pool_mut().eq(s, one);

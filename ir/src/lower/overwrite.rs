@@ -223,15 +223,13 @@ fn scatter_into(
         }
         for (bound, what) in bounds {
             let c = l.env.pool_mut().le(index.sizes[k], bound);
-            if !l.env.statically_known_true(c) {
-                l.env.check(c).map_err(|_| {
-                    NodeError::Message(format!(
-                        "the index exceeds {what} in dimension {k} ({} > {})",
-                        l.env.text(index.sizes[k]),
-                        l.env.text(bound)
-                    ))
-                })?;
-            }
+            l.require(c, |env| {
+                format!(
+                    "the index exceeds {what} in dimension {k} ({} > {})",
+                    env.text(index.sizes[k]),
+                    env.text(bound)
+                )
+            })?;
         }
     }
     let (xd, cd) = (x.dtype, compute_dtype(x.dtype));

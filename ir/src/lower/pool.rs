@@ -167,15 +167,13 @@ pub(super) fn pooled_sizes(l: &mut Lowerer, ins: [Expr; 2], w: &Window) -> R<[Ex
         }
         let o = l.env.simplify(o);
         let ok = l.env.pool_mut().ge(o, one);
-        if !l.env.statically_known_true(ok) {
-            l.env.check(ok).map_err(|_| {
-                NodeError::Message(format!(
-                    "the output's size {} can be empty (input {})",
-                    l.env.text(o),
-                    l.env.text(ins[i])
-                ))
-            })?;
-        }
+        l.require(ok, |env| {
+            format!(
+                "the output's size {} can be empty (input {})",
+                env.text(o),
+                env.text(ins[i])
+            )
+        })?;
         outs[i] = o;
     }
     Ok(outs)

@@ -153,11 +153,7 @@ fn nonempty(l: &mut Lowerer, x: &LTensor, dims: &[usize], name: &str) -> R<()> {
     for &d in dims {
         let one = l.env.pool().one();
         let c = l.env.pool_mut().ge(x.sizes[d], one);
-        if !l.env.statically_known_true(c) {
-            l.env.check(c).map_err(|_| {
-                NodeError::Message(format!("{name} over dimension {d}, which is empty"))
-            })?;
-        }
+        l.require(c, |_| format!("{name} over dimension {d}, which is empty"))?;
     }
     Ok(())
 }

@@ -26,14 +26,9 @@ pub(super) fn repeat(l: &mut Lowerer, x: LTensor, repeats: &[Expr]) -> R<LTensor
         let p = l.env.pool_mut();
         let zero = p.zero();
         let ok = p.ge(r, zero);
-        if !l.env.statically_known_true(ok) {
-            l.env.check(ok).map_err(|_| {
-                NodeError::Message(format!(
-                    "repeat: the repeat {} can be negative",
-                    l.env.text(r)
-                ))
-            })?;
-        }
+        l.require(ok, |env| {
+            format!("repeat: the repeat {} can be negative", env.text(r))
+        })?;
         let s = match k.checked_sub(off) {
             Some(d) => l.env.pool_mut().mul(x.sizes[d], r),
             None => r,
@@ -149,15 +144,13 @@ pub(super) fn select(l: &mut Lowerer, x: LTensor, dim: usize, index: Expr) -> R<
     let lo = p.ge(index, neg_size);
     let hi = p.lt(index, size);
     let ok = p.and(&[lo, hi]);
-    if !l.env.statically_known_true(ok) {
-        l.env.check(ok).map_err(|_| {
-            NodeError::Message(format!(
-                "select: index {} is out of range for size {}",
-                l.env.text(index),
-                l.env.text(size)
-            ))
-        })?;
-    }
+    l.require(ok, |env| {
+        format!(
+            "select: index {} is out of range for size {}",
+            env.text(index),
+            env.text(size)
+        )
+    })?;
     let at = wrap_index(l, index, size);
     let mut sizes = x.sizes.clone();
     sizes.remove(dim);
@@ -187,14 +180,9 @@ pub(super) fn split(
             for &s in &sizes {
                 let zero = l.env.pool_mut().zero();
                 let c = l.env.pool_mut().ge(s, zero);
-                if !l.env.statically_known_true(c) {
-                    l.env.check(c).map_err(|_| {
-                        NodeError::Message(format!(
-                            "split_with_sizes: size {} is negative",
-                            l.env.text(s)
-                        ))
-                    })?;
-                }
+                l.require(c, |env| {
+                    format!("split_with_sizes: size {} is negative", env.text(s))
+                })?;
             }
             let total = l.env.pool_mut().add_all(&sizes);
             assert_equal(l, total, size, "split_with_sizes")?;
@@ -405,11 +393,7 @@ pub(super) fn pad(
         let grown = p.add_all(&[x.sizes[d], pair[0], pair[1]]);
         let zero = p.zero();
         let c = p.ge(grown, zero);
-        if !l.env.statically_known_true(c) {
-            l.env.check(c).map_err(|_| {
-                NodeError::Message("constant_pad_nd: a padded size is negative".into())
-            })?;
-        }
+        l.require(c, |_| "constant_pad_nd: a padded size is negative".into())?;
         sizes[d] = l.env.simplify(grown);
     }
     let in_sizes = x.sizes.clone();

@@ -41,14 +41,12 @@ pub(super) fn unfold(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let p = l.env.pool_mut();
     let window = p.constant(size);
     let fits = p.le(window, len);
-    if !l.env.statically_known_true(fits) {
-        l.env.check(fits).map_err(|_| {
-            NodeError::Message(format!(
-                "a window of {size} can be longer than dimension {d} (size {})",
-                l.env.text(len)
-            ))
-        })?;
-    }
+    l.require(fits, |env| {
+        format!(
+            "a window of {size} can be longer than dimension {d} (size {})",
+            env.text(len)
+        )
+    })?;
     let p = l.env.pool_mut();
     let rest = p.sub(len, window);
     let s = p.constant(step);

@@ -21,15 +21,8 @@ fn is_one(l: &mut Lowerer, e: Expr) -> bool {
 /// Asserts `a == b` at run time unless it is already known; an impossible equality is an error.
 pub(super) fn assert_equal(l: &mut Lowerer, a: Expr, b: Expr, what: &str) -> R<()> {
     let c = l.env.pool_mut().eq(a, b);
-    if l.env.statically_known_true(c) {
-        return Ok(());
-    }
-    l.env.check(c).map_err(|_| {
-        NodeError::Message(format!(
-            "{what}: sizes {} and {} differ",
-            l.env.text(a),
-            l.env.text(b)
-        ))
+    l.require(c, |env| {
+        format!("{what}: sizes {} and {} differ", env.text(a), env.text(b))
     })
 }
 

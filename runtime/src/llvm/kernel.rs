@@ -686,7 +686,7 @@ impl<'e, 'a, 'c> KernelEmitter<'e, 'a, 'c> {
                     ReductionKind::Sum => b.build_float_add(a, v, "")?,
                     ReductionKind::Prod => b.build_float_mul(a, v, "")?,
                     ReductionKind::Max | ReductionKind::Min => {
-                        super::emit::float_max_min(b, a, v, kind == ReductionKind::Max)?
+                        super::ops::float_max_min(b, a, v, kind == ReductionKind::Max)?
                     }
                     ReductionKind::Any => {
                         let z = t.const_float(0.0);

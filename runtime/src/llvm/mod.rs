@@ -4,6 +4,7 @@
 
 pub mod emit;
 pub mod kernel;
+pub mod ops;
 pub mod ptx;
 
 use inkwell::attributes::{Attribute, AttributeLoc};

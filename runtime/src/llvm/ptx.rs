@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 use guardless_codegen::schedule::Schedule;
 use guardless_ir::loop_ir::Program;
 
-use super::emit::call_intrinsic;
+use super::ops::call_intrinsic;
 use super::{declare_helpers, emit_kernel, llvm, LlvmError};
 
 type R<T> = Result<T, inkwell::builder::BuilderError>;
@@ -190,7 +190,7 @@ fn define_helpers<'c>(
                     b.build_float_mul(v, c(std::f64::consts::LOG2_E), "")?,
                 )
             } else {
-                super::emit::build_exp_f32(cx, module, b, v)
+                super::ops::build_exp_f32(cx, module, b, v)
             }
         };
         let log = |b: &Builder<'c>, v: FloatValue<'c>| -> R<FloatValue<'c>> {
