@@ -760,3 +760,36 @@ fn transposed_inputs_match_the_reference() {
         ));
     }
 }
+
+/// 2-d pooling refuses an empty dimension other than a batch, as ATen's shape check does (found
+/// by random graphs: a window lying wholly in the padding of an empty plane averaged 0/0 = NaN,
+/// where the reference gave 0).
+#[test]
+fn pooling_an_empty_plane_is_refused_as_aten_does() {
+    for (op, args, output) in [
+        (
+            "aten.avg_pool2d.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [2, 1], "padding": [1, 0], "count_include_pad": false}"#,
+            r#"{"tensor": "out"}"#,
+        ),
+        (
+            "aten.max_pool2d_with_indices.default",
+            r#"{"self": {"tensor": "z"}, "kernel_size": [2, 1], "padding": [1, 0]}"#,
+            r#"{"tensor": "out", "index": 0}"#,
+        ),
+    ] {
+        let g = Graph::from_json(&one_op_text_with(op, args, output)).unwrap();
+        // z: [3, u0, 2]; at u0 = 0 the output still has a row (the padded window).
+        assert!(!differential(op, &g, &[("u0", 0)], 1, false), "{op}");
+        let b = bindings_of(op, &g, &[("u0", 0)]);
+        let inputs = random_inputs(&g, &b, 1, (0, 4));
+        let err = lower(&g).unwrap().run(&inputs, &b).unwrap_err().to_string();
+        assert!(err.contains("u0"), "{op}: {err}");
+        for u0 in [1, 5] {
+            assert!(
+                differential(op, &g, &[("u0", u0)], 2, false),
+                "{op} at {u0}"
+            );
+        }
+    }
+}

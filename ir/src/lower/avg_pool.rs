@@ -6,7 +6,7 @@
 
 use super::args::{msg, opt_int};
 use super::pointwise::map;
-use super::pool::{pooled_sizes, pooling_input, window, Window};
+use super::pool::{planes_nonempty, pooled_sizes, pooling_input, window, Window};
 use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode};
@@ -23,6 +23,7 @@ type Tap = (Expr, Option<Expr>);
 /// divisor_override)` over the last two dimensions of a 3-D or 4-D float input.
 pub(super) fn avg_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     let x = pooling_input(l, n)?;
+    planes_nonempty(l, &x)?;
     let rank = x.sizes.len();
     let w = window(l, n, false)?;
     // ATen's default is to count the padding.

@@ -192,12 +192,31 @@ pub(super) fn pooling_input(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     Ok(x)
 }
 
+/// ATen's shape check of `max_pool2d` and `avg_pool2d`: no dimension may be empty but a 4-d
+/// input's batch (proved, or asserted at run time).
+pub(super) fn planes_nonempty(l: &mut Lowerer, x: &LTensor) -> R<()> {
+    let rank = x.sizes.len();
+    for k in rank - 3..rank {
+        let one = l.env.pool().one();
+        let ok = l.env.pool_mut().ge(x.sizes[k], one);
+        let size = x.sizes[k];
+        l.require(ok, |env| {
+            format!(
+                "the input's dimension {k} (size {}) is empty: only a 4-d input's batch may be",
+                env.text(size)
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// `max_pool2d_with_indices` over the last two dimensions: per output position, the largest of
 /// the window's taps inside the input (padding never wins) and its index `h·W + w` in the input
 /// plane — ATen's order: a later tap replaces only a smaller value, and a NaN always (so the
 /// value is NaN if any is, at the last NaN).
 pub(super) fn max_pool2d(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     let x = pooling_input(l, n)?;
+    planes_nonempty(l, &x)?;
     let rank = x.sizes.len();
     let w = window(l, n, true)?;
     let ins = [x.sizes[rank - 2], x.sizes[rank - 1]];

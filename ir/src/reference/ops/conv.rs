@@ -175,6 +175,12 @@ pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
     if !(3..=4).contains(&rank) || !x.dtype.is_float() {
         return fail("max_pool2d of a non-float input or a rank other than 3 or 4");
     }
+    if x.shape[rank - 3..].contains(&0) {
+        return fail(format!(
+            "max_pool2d of {:?}: only a batch may be empty",
+            x.shape
+        ));
+    }
     let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
     let Window { k, s, p, d, outs } = window(n, ins)?;
     let mut shape = x.shape[..rank - 2].to_vec();

@@ -1,12 +1,13 @@
 //! Random graphs for differential fuzzing: chains of views, pointwise math, reductions,
-//! normalizations, matmuls, attention, indexing, sorting and data-dependent ops over inputs whose
-//! sizes mix unbacked symbols and constants. A graph is built from a list of choices, read one at a
+//! normalizations, matmuls, attention, convolutions and pooling, indexing, sorting and
+//! data-dependent ops over inputs whose sizes mix unbacked symbols and constants. A graph is built from a list of choices, read one at a
 //! time (a choice past the end reads 0, which ends the chain), so proptest shrinks a failing graph
 //! to a short one. Each chain starts from a fresh input; every chain's last value, and some values
 //! along the way, are outputs.
 
 mod guarded;
 mod indexing;
+mod spatial;
 mod steps;
 
 use guardless_ir::graph::Graph;
@@ -17,6 +18,32 @@ pub const SYMBOLS: [(&str, i64, i64, i64); 2] = [("u0", 0, 100_000, 4096), ("u1"
 
 /// The symbol values random graphs run at: empty, one, primes, and far from the hints.
 pub const VALUES: [[i64; 2]; 5] = [[0, 3], [1, 1], [2, 8], [13, 5], [131, 2]];
+
+/// At most this many elements (or a convolution's multiply-adds) at the test sizes: steps that
+/// multiply sizes (repeats, upsamplings, an index of a symbolic length into a symbolic dimension)
+/// would otherwise outgrow the reference executor.
+const BUDGET: i64 = 1 << 22;
+
+/// The most elements `shape` has at any of the test sizes (a size known only as itself counted
+/// as the largest symbol value).
+fn volume(shape: &[Dim]) -> i64 {
+    let largest = VALUES.iter().flatten().copied().max().unwrap_or(1);
+    VALUES
+        .iter()
+        .map(|&[u0, u1]| {
+            shape
+                .iter()
+                .map(|d| match d {
+                    Dim::Mono(c, syms) => syms.iter().fold(*c, |acc, s| {
+                        acc.saturating_mul(if s == "u0" { u0 } else { u1 })
+                    }),
+                    Dim::Opaque(_) => largest,
+                })
+                .fold(1i64, i64::saturating_mul)
+        })
+        .max()
+        .unwrap_or(0)
+}
 
 /// One size: a constant times symbols (what views can reason about), or a size only known as
 /// itself (a slice of a symbolic size), equal only to its own copies.
@@ -311,6 +338,26 @@ impl Builder<'_> {
         (keep, out)
     }
 
+    /// What [`Builder::undo`] returns to: the lengths of what steps add to.
+    fn mark(&self) -> [usize; 5] {
+        [
+            self.inputs.len(),
+            self.nodes.len(),
+            self.bound.len(),
+            self.counts.len(),
+            self.outputs.len(),
+        ]
+    }
+
+    /// Drops what steps added since `mark`.
+    fn undo(&mut self, [inputs, nodes, bound, counts, outputs]: [usize; 5]) {
+        self.inputs.truncate(inputs);
+        self.nodes.truncate(nodes);
+        self.bound.truncate(bound);
+        self.counts.truncate(counts);
+        self.outputs.truncate(outputs);
+    }
+
     /// A fresh size known only as itself.
     fn opaque(&mut self) -> Dim {
         self.opaque += 1;
@@ -364,10 +411,16 @@ pub fn graph_of(
         let mut cur = b.start();
         let mut seen = vec![cur.clone()];
         for _ in 0..steps {
-            // A step that does not apply to this value ends the chain, as choice 0 does.
+            // A step that does not apply to this value ends the chain, as choice 0 does; so
+            // does one whose result could outgrow the budget (undone).
+            let mark = b.mark();
             let Some(next) = b.step(&cur, &seen) else {
                 break;
             };
+            if volume(&next.shape) > BUDGET {
+                b.undo(mark);
+                break;
+            }
             if b.pick(4) == 0 {
                 b.outputs.push(next.r.clone());
             }

@@ -8,7 +8,7 @@ const EXACT: [usize; 18] = [
 ];
 
 /// How many kinds of step [`Builder::step`] takes (0 ends a chain).
-const STEPS: usize = 41;
+const STEPS: usize = 42;
 
 /// Steps that take an integer value as it is (views, copies, indexing); the others read it
 /// converted to f32 first.
@@ -302,6 +302,7 @@ impl Builder<'_> {
             38 if rank > 0 => self.scatter(cur)?,
             39 if rank > 0 => self.split(cur)?,
             40 => self.guarded_broadcast(cur)?,
+            41 if rank == 3 || rank == 4 => self.spatial(cur)?,
             _ => return None,
         };
         let mut v = v;
