@@ -377,3 +377,20 @@ pub fn cast(a: &str, from: DType, to: DType) -> String {
         DType::I64 => format!("((long long){a})"),
     }
 }
+
+/// The unmasked loads of `body`: each op's position, buffer, index and dtype.
+pub(super) fn unmasked_loads(
+    body: &Body,
+) -> impl Iterator<Item = (usize, BufferId, Expr, DType)> + '_ {
+    body.ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &(op, d))| match op {
+            Op::Load {
+                buffer,
+                index,
+                mask: None,
+            } => Some((i, buffer, index, d)),
+            _ => None,
+        })
+}

@@ -189,15 +189,7 @@ pub(super) fn render_bodies(
             // stores what it loads.
             let mut cache_stores = String::new();
             if persistent {
-                for (i, &(op, _)) in body.ops.iter().enumerate() {
-                    let guardless_ir::loop_ir::Op::Load {
-                        buffer,
-                        index,
-                        mask: None,
-                    } = op
-                    else {
-                        continue;
-                    };
+                for (i, buffer, index, _) in body::unmasked_loads(body) {
                     let key = (buffer, persistent::load_key(p, &member_vars[mi], index));
                     if let Some(x) = cached.iter().find(|x| x.key == key) {
                         let slot = format!("{}[gl_j][gl_l]", x.name);
@@ -220,15 +212,7 @@ pub(super) fn render_bodies(
                         _ => None,
                     })
                     .collect();
-                for (i, &(op, _)) in body.ops.iter().enumerate() {
-                    let guardless_ir::loop_ir::Op::Load {
-                        buffer,
-                        index,
-                        mask: None,
-                    } = op
-                    else {
-                        continue;
-                    };
+                for (i, buffer, index, _) in body::unmasked_loads(body) {
                     if vloads.contains_key(&i) {
                         continue;
                     }

@@ -5,7 +5,7 @@
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
 use guardless_ir::sym::{Expr, SymbolId};
 
-use super::body::compute_type;
+use super::body::{compute_type, unmasked_loads};
 use crate::schedule::config::{persistent_limit, KernelConfig};
 use crate::schedule::{Kernel, Residence};
 
@@ -47,15 +47,7 @@ pub(super) fn cached_loads(
         let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind.clone() else {
             continue;
         };
-        for &(op, d) in &body.ops {
-            let guardless_ir::loop_ir::Op::Load {
-                buffer,
-                index,
-                mask: None,
-            } = op
-            else {
-                continue;
-            };
+        for (_, buffer, index, d) in unmasked_loads(body) {
             if member_of.contains(&buffer) {
                 continue;
             }

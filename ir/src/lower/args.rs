@@ -6,7 +6,7 @@ use std::rc::Rc;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode, Scalar};
 use crate::loop_ir::{Constant, ValueId};
-use crate::sym::Expr;
+use crate::sym::{Expr, SymbolId};
 
 type R<T> = Result<T, NodeError>;
 
@@ -129,4 +129,11 @@ pub(super) fn dim_arg(l: &Lowerer, n: &GraphNode, name: &str, rank: usize) -> R<
             l.env.text(e)
         )),
     }
+}
+
+/// The symbol a node states as dimension `at` of its `shape`: the unbacked count a
+/// data-dependent op produces.
+pub(super) fn stated_symbol(l: &Lowerer, n: &GraphNode, at: usize) -> Option<SymbolId> {
+    let e = *n.shape.as_ref()?.get(at)?;
+    l.env.pool().as_symbol(e)
 }

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use super::args::{dim_arg, int, msg, number, tensor};
+use super::args::{dim_arg, int, msg, number, stated_symbol, tensor};
 use super::pointwise::map;
 use super::promote::compute_dtype;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
@@ -16,16 +16,9 @@ type R<T> = Result<T, NodeError>;
 /// `nonzero` (indices) and `masked_select` (values) of the elements a mask keeps.
 pub(super) fn nonzero_or_masked_select(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     // The number found is the unbacked symbol the node states as its first dimension.
-    let count = n
-        .shape
-        .as_ref()
-        .and_then(|s| s.first())
-        .and_then(|&e| l.env.pool().as_symbol(e))
-        .ok_or_else(|| {
-            NodeError::Message(
-                "must state its \"shape\" with the unbacked count symbol first".into(),
-            )
-        })?;
+    let count = stated_symbol(l, n, 0).ok_or_else(|| {
+        NodeError::Message("must state its \"shape\" with the unbacked count symbol first".into())
+    })?;
     let x = tensor(l, n, "self")?;
     let (input, mask, sizes) = if name == "nonzero" {
         let rank = l.env.pool_mut().constant(x.sizes.len() as i64);

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::args::{const_ints, int, ints, msg, opt_int, scalar_arg, tensor};
+use super::args::{const_ints, int, ints, msg, opt_int, scalar_arg, stated_symbol, tensor};
 use super::indexing::index_plan;
 use super::views::{assert_equal, expand, numel, view};
 use super::{compute_dtype, Ctx, LTensor, Loader, Lowerer, NodeError};
@@ -108,17 +108,12 @@ pub(super) fn index(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     }
     let idx = if masks == 1 {
         let at = mask_result_dim(&x.sizes, &idx);
-        let count = n
-            .shape
-            .as_ref()
-            .and_then(|s| s.get(at))
-            .and_then(|&e| l.env.pool().as_symbol(e))
-            .ok_or_else(|| {
-                NodeError::Message(format!(
-                    "a boolean mask: the node must state its \"shape\" with the unbacked count \
+        let count = stated_symbol(l, n, at).ok_or_else(|| {
+            NodeError::Message(format!(
+                "a boolean mask: the node must state its \"shape\" with the unbacked count \
                      symbol at dimension {at}"
-                ))
-            })?;
+            ))
+        })?;
         expand_mask(l, n, &x.sizes, idx, count)?
     } else {
         idx
@@ -293,17 +288,12 @@ pub(super) fn repeat_interleave(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let total = total.buffer.expect("realized");
     let count = match opt_int(n, "output_size")? {
         None => {
-            let sym = n
-                .shape
-                .as_ref()
-                .and_then(|s| s.first())
-                .and_then(|&e| l.env.pool().as_symbol(e))
-                .ok_or_else(|| {
-                    NodeError::Message(
-                        "must state its \"shape\" with the unbacked count symbol, or output_size"
-                            .into(),
-                    )
-                })?;
+            let sym = stated_symbol(l, n, 0).ok_or_else(|| {
+                NodeError::Message(
+                    "must state its \"shape\" with the unbacked count symbol, or output_size"
+                        .into(),
+                )
+            })?;
             l.add_item(total, sym, &n.name);
             l.env.pool_mut().symbol_expr(sym)
         }

@@ -420,15 +420,7 @@ fn reduce(
 ) -> R<HostTensor> {
     let rank = t.shape.len();
     let kept: Vec<usize> = (0..rank).filter(|k| !dims.contains(k)).collect();
-    let out_shape: Vec<usize> = (0..rank)
-        .filter_map(|k| {
-            if dims.contains(&k) {
-                keepdim.then_some(1)
-            } else {
-                Some(t.shape[k])
-            }
-        })
-        .collect();
+    let out_shape = reduced_shape(&t.shape, dims, keepdim);
     let kept_shape: Vec<usize> = kept.iter().map(|&k| t.shape[k]).collect();
     let red_shape: Vec<usize> = dims.iter().map(|&k| t.shape[k]).collect();
     let (nk, nr): (usize, usize) = (kept_shape.iter().product(), red_shape.iter().product());
@@ -458,6 +450,19 @@ fn reduce(
         vals.push(acc.expect("non-empty or with identity"));
     }
     Ok(build(out, out_shape, vals))
+}
+
+/// The shape of a reduction over `dims` of `shape`: each reduced dimension kept as 1, or dropped.
+fn reduced_shape(shape: &[usize], dims: &[usize], keep: bool) -> Vec<usize> {
+    (0..shape.len())
+        .filter_map(|k| {
+            if dims.contains(&k) {
+                keep.then_some(1)
+            } else {
+                Some(shape[k])
+            }
+        })
+        .collect()
 }
 
 fn nan_max(a: E, b: E) -> E {

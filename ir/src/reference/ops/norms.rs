@@ -2,7 +2,10 @@
 //! (per sample and group of channels) and `_native_batch_norm_legit.no_stats` (per channel over
 //! the batch and space). Biased variance; `rstd = 1 / sqrt(var + eps)`.
 
-use super::{build, elem, fail, flat, out, reduce, strides, unflatten, wrap, Node, Operand, E, R};
+use super::{
+    build, elem, fail, flat, out, reduce, reduced_shape, strides, unflatten, wrap, Node, Operand,
+    E, R,
+};
 use crate::graph::{Arg, DType};
 use crate::tensor::HostTensor;
 
@@ -183,15 +186,7 @@ pub(super) fn moments(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         };
         let denom = (count as f64 - correction).max(0.0);
         let keep = n.flag("keepdim");
-        let shape: Vec<usize> = (0..rank)
-            .filter_map(|k| {
-                if dims.contains(&k) {
-                    keep.then_some(1)
-                } else {
-                    Some(x.shape[k])
-                }
-            })
-            .collect();
+        let shape = reduced_shape(&x.shape, &dims, keep);
         let var = build(
             x.dtype,
             shape.clone(),

@@ -1,7 +1,8 @@
 //! Reductions over dimensions, `argmax`/`max.dim` and softmax, accumulated in f64 or i64.
 
 use super::{
-    build, elem, fail, flat, nan_max, nan_min, out, reduce, strides, unflatten, wrap, Node, E, R,
+    build, elem, fail, flat, nan_max, nan_min, out, reduce, reduced_shape, strides, unflatten,
+    wrap, Node, E, R,
 };
 use crate::graph::{Arg, DType};
 use crate::tensor::HostTensor;
@@ -129,15 +130,7 @@ pub(super) fn arg_reduce(n: &Node, name: &str) -> R<Vec<HostTensor>> {
             E::I(v as i64)
         });
     }
-    let shape: Vec<usize> = (0..rank)
-        .filter_map(|k| {
-            if dims.contains(&k) {
-                keep.then_some(1)
-            } else {
-                Some(x.shape[k])
-            }
-        })
-        .collect();
+    let shape = reduced_shape(&x.shape, &dims, keep);
     let indices = build(DType::I64, shape.clone(), idxs);
     if name.starts_with("arg") {
         return out(indices);

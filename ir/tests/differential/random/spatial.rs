@@ -153,20 +153,23 @@ impl Builder<'_> {
         (k, s, p, self.coin())
     }
 
+    /// `shape` pooled over its last two dimensions by windows of (kernel, stride, padding,
+    /// dilation) per dimension.
+    fn pooled(&mut self, shape: &[Dim], window: [[i64; 2]; 4], ceil: bool) -> Option<Vec<Dim>> {
+        let r = shape.len();
+        let mut out = shape[..r - 2].to_vec();
+        for i in 0..2 {
+            let w = window.map(|v| v[i]);
+            out.push(extent(self, &shape[r - 2 + i], w, ceil)?);
+        }
+        Some(out)
+    }
+
     /// `max_pool2d_with_indices` over the last two dimensions: the values, or the indices.
     fn max_pool(&mut self, cur: &Value) -> Option<Value> {
         let (k, st, p, ceil) = self.window();
         let d = [1 + self.pick(2) as i64, 1];
-        let r = cur.shape.len();
-        let mut shape = cur.shape[..r - 2].to_vec();
-        for i in 0..2 {
-            shape.push(extent(
-                self,
-                &cur.shape[r - 2 + i],
-                [k[i], st[i], p[i], d[i]],
-                ceil,
-            )?);
-        }
+        let shape = self.pooled(&cur.shape, [k, st, p, d], ceil)?;
         let args = format!(
             r#""self": {}, "kernel_size": {}, "stride": {}, "padding": {}, "dilation": {}, "ceil_mode": {ceil}"#,
             cur.r,
@@ -192,16 +195,7 @@ impl Builder<'_> {
     /// `avg_pool2d` over the last two dimensions: padding counted or not, sometimes a divisor.
     fn avg_pool(&mut self, cur: &Value) -> Option<Value> {
         let (k, st, p, ceil) = self.window();
-        let r = cur.shape.len();
-        let mut shape = cur.shape[..r - 2].to_vec();
-        for i in 0..2 {
-            shape.push(extent(
-                self,
-                &cur.shape[r - 2 + i],
-                [k[i], st[i], p[i], 1],
-                ceil,
-            )?);
-        }
+        let shape = self.pooled(&cur.shape, [k, st, p, [1, 1]], ceil)?;
         let divisor = if self.pick(4) == 0 {
             r#", "divisor_override": 3"#
         } else {
