@@ -1,5 +1,6 @@
 //! Lowering of each ATen overload, by name: the table from op names to the family modules that
-//! lower them. Views and slices read their arguments here and compose loaders in `views`.
+//! lower them. Views, slices and indexing read their arguments here; `views`, `slices` and
+//! `indexing` compose their loaders.
 
 use super::args::{const_ints, dim_arg, int, ints, msg, opt_int, scalar_arg, tensor, wrap_dim};
 use super::{
