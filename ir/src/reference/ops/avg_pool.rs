@@ -2,22 +2,13 @@
 //! the `count_include_pad` divisor), then to the input; the sum over the clipped window, row by
 //! row, in f64; an empty window gives 0.
 
-use super::conv::{window, Window};
+use super::conv::{pooling_input, window, Window};
 use super::{build, elem, fail, unflatten, Node, E, R};
 use crate::tensor::HostTensor;
 
 pub(super) fn avg_pool2d(n: &Node) -> R<Vec<HostTensor>> {
-    let x = n.tensor("self")?;
+    let x = pooling_input(n, "avg_pool2d")?;
     let rank = x.shape.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return fail("avg_pool2d of a non-float input or a rank other than 3 or 4");
-    }
-    if x.shape[rank - 3..].contains(&0) {
-        return fail(format!(
-            "avg_pool2d of {:?}: only a batch may be empty",
-            x.shape
-        ));
-    }
     let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
     let Window { k, s, p, outs, .. } = window(n, ins)?;
     let include_pad = !matches!(

@@ -134,6 +134,25 @@ pub(super) struct Window {
 
 /// The window arguments of a pooling node (`dilation` 1 where the op has none) and ATen's pooled
 /// sizes, ceil mode's last window dropped when it starts past the padded input.
+/// A 2-d pooling's `self`: a float tensor of rank 3 or 4 in which, as ATen's shape check, no
+/// dimension but a 4-d tensor's batch is empty.
+pub(super) fn pooling_input(n: &Node, name: &str) -> R<HostTensor> {
+    let x = n.tensor("self")?;
+    let rank = x.shape.len();
+    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
+        return fail(format!(
+            "{name} of a non-float input or a rank other than 3 or 4"
+        ));
+    }
+    if x.shape[rank - 3..].contains(&0) {
+        return fail(format!(
+            "{name} of {:?}: only a batch may be empty",
+            x.shape
+        ));
+    }
+    Ok(x)
+}
+
 pub(super) fn window(n: &Node, ins: [i64; 2]) -> R<Window> {
     let two = |name: &str, default: Option<[i64; 2]>| -> R<[i64; 2]> {
         let v = n.ints(name)?;
@@ -170,17 +189,8 @@ pub(super) fn window(n: &Node, ins: [i64; 2]) -> R<Window> {
 /// `max_pool2d_with_indices` as ATen's CPU kernel: over each window's taps inside the input (row
 /// by row), the value replaces the running maximum when larger or NaN; the index is `h·W + w`.
 pub(super) fn max_pool2d(n: &Node) -> R<Vec<HostTensor>> {
-    let x = n.tensor("self")?;
+    let x = pooling_input(n, "max_pool2d")?;
     let rank = x.shape.len();
-    if !(3..=4).contains(&rank) || !x.dtype.is_float() {
-        return fail("max_pool2d of a non-float input or a rank other than 3 or 4");
-    }
-    if x.shape[rank - 3..].contains(&0) {
-        return fail(format!(
-            "max_pool2d of {:?}: only a batch may be empty",
-            x.shape
-        ));
-    }
     let ins = [x.shape[rank - 2] as i64, x.shape[rank - 1] as i64];
     let Window { k, s, p, d, outs } = window(n, ins)?;
     let mut shape = x.shape[..rank - 2].to_vec();

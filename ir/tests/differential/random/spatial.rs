@@ -82,20 +82,17 @@ impl Builder<'_> {
                 0
             });
         }
-        let mut shape = vec![s[0].clone()];
-        let weight_shape: Vec<Dim> = if transposed {
-            shape.push(Dim::c(out_channels));
+        let mut shape = vec![s[0].clone(), Dim::c(out_channels)];
+        // Direct: [out, in / groups, *kernel]; transposed: [in, out / groups, *kernel].
+        let lead = if transposed {
             [channels.clone(), Dim::c(out_channels / groups)]
-                .into_iter()
-                .chain(kernel.iter().map(|&k| Dim::c(k)))
-                .collect()
         } else {
-            shape.push(Dim::c(out_channels));
             [Dim::c(out_channels), per_group]
-                .into_iter()
-                .chain(kernel.iter().map(|&k| Dim::c(k)))
-                .collect()
         };
+        let weight_shape: Vec<Dim> = lead
+            .into_iter()
+            .chain(kernel.iter().map(|&k| Dim::c(k)))
+            .collect();
         for i in 0..dims {
             let len = &s[2 + i];
             let e = if transposed {
