@@ -117,6 +117,60 @@ fn generated_cuda_matches_the_golden_text() {
     }
 }
 
+/// Sharing a function between variants never changes what a variant runs: every kernel of every
+/// example (both kinds, at hints that give different variant sets), rendered with functions shared
+/// and once per variant, has the same code per variant (comments aside, which describe the
+/// variant). Caught the reuse of a persistent reduction's function by its looped variants.
+#[test]
+fn shared_functions_are_the_code_of_every_variant_that_uses_them() {
+    use guardless_codegen::cuda::{generate_with, without_comments, CudaModule, Sharing};
+    let text_of = |m: &CudaModule, name: &str, placeholder: &str| {
+        let (_, f) = m.functions.iter().find(|(n, _)| n == name).unwrap();
+        without_comments(&f.replace(name, placeholder))
+    };
+    let mut compared = 0;
+    let mut shared_by_several = 0;
+    for name in example_names() {
+        for (kind, h) in [("unbacked", 1), ("backed", 37), ("unbacked", 4096)] {
+            // Each from its own lowering: generation names derived sizes in the program.
+            let g = Graph::from_json(&with_hint(&name, kind, h)).unwrap();
+            let build = |sharing| {
+                let mut p = lower(&g).unwrap();
+                let s = schedule(&mut p);
+                let m = generate_with(&mut p, &s, sharing);
+                (s, m)
+            };
+            let (s, shared) = build(Sharing::Shared);
+            let (_, own) = build(Sharing::PerVariant);
+            assert_eq!(shared.entries.len(), own.entries.len());
+            for (a, b) in shared.entries.iter().zip(&own.entries) {
+                let Some((ki, vi)) = a.kernel_variant() else {
+                    continue;
+                };
+                assert_eq!(b.kernel_variant(), Some((ki, vi)));
+                assert_eq!(b.name, format!("{}_v{vi}", s.kernels[ki].name));
+                if a.name != b.name {
+                    shared_by_several += 1;
+                }
+                assert_eq!(
+                    text_of(&shared, &a.name, "F"),
+                    text_of(&own, &b.name, "F"),
+                    "{name} {kind} hint {h}: variant {} runs {}",
+                    b.name,
+                    a.name
+                );
+                assert_eq!(a.params, b.params, "{name}: {}", b.name);
+                assert_eq!(a.phases, b.phases, "{name}: {}", b.name);
+                compared += 1;
+            }
+        }
+    }
+    assert!(
+        compared > 200 && shared_by_several > 5,
+        "{compared} variants, {shared_by_several} shared"
+    );
+}
+
 #[test]
 fn backed_and_unbacked_builds_generate_the_same_cuda() {
     for name in example_names() {

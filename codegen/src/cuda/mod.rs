@@ -22,7 +22,7 @@ use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tera::{Context, Tera};
 
-use crate::schedule::config::{IndexType, Strategy, Variant};
+use crate::schedule::config::{IndexType, KernelConfig, Strategy, Variant};
 use crate::schedule::{Kernel, Schedule, Step};
 pub use body::storage_type;
 use kernel::{render_bodies, Bodies, KernelSymbols};
@@ -172,6 +172,8 @@ pub struct CudaModule {
     /// The same functions split into translation units of about equal size (each with the
     /// header) that NVRTC compiles in parallel; `Entry::unit` says where each function is.
     pub units: Vec<String>,
+    /// Every function, `(name, text)`, in the order of `source`.
+    pub functions: Vec<(String, String)>,
     pub entries: Vec<Entry>,
     /// Error code `k` (from 1) is `errors[k - 1]`.
     pub errors: Vec<String>,
@@ -197,8 +199,22 @@ fn engine() -> Tera {
     t
 }
 
+/// Whether variants whose generated code is the same share one function (the default), or each
+/// variant is rendered on its own and gets its own function (for tests that check that sharing
+/// never changes what a variant runs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    Shared,
+    PerVariant,
+}
+
 /// Renders every kernel and variant of `s`.
 pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
+    generate_with(p, s, Sharing::Shared)
+}
+
+/// Renders every kernel and variant of `s`, sharing functions between variants as `sharing` says.
+pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaModule {
     let tera = engine();
     let mut ctx = Context::new();
     ctx.insert("helpers_i32", &CPrinter::cuda("int", "i32").helpers());
@@ -214,13 +230,15 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
     // choice this generator does not act on yet) share one function.
     let mut seen: rustc_hash::FxHashMap<String, String> = rustc_hash::FxHashMap::default();
-    type Shape = (IndexType, i64, i64, i64, i64, i64, i64);
     for (ki, k) in s.kernels.iter().enumerate() {
         let _ = writeln!(source);
-        // Per launch shape: the function's text, parameters and launches per execution.
+        // Per configuration: the function's text, parameters and launches per execution. The
+        // whole configuration is the key (strategy, index type, launch shape, vector width):
+        // everything the generated code depends on besides the kernel itself. A key that left
+        // the strategy out once gave a looped variant the persistent function of the same
+        // launch shape, which reads only the first steps of a row.
         type Rendered = (String, (Vec<Param>, usize));
-        let mut rendered: Vec<(Shape, Rendered)> = Vec::new();
-        let mut bodies: Vec<((IndexType, i64, bool, i64), Bodies)> = Vec::new();
+        let mut rendered: Vec<(KernelConfig, Rendered)> = Vec::new();
         // Index arithmetic does not depend on the variant: hoisted and simplified once per kernel.
         let mut syms = KernelSymbols {
             hoister: hoist::Hoister::new(&p.env, local_symbols(p, k)),
@@ -230,65 +248,34 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
         };
         for (vi, v) in k.variants.iter().enumerate() {
             let mut name = format!("{}_v{vi}", k.name);
-            let generated = true;
-            let split = split_blocks(&v.config);
-            let (params, phases) = if generated {
-                // Only these choices change the code; variants that agree on them are rendered once.
-                let c = &v.config;
-                let pointwise_vector = c.vector;
-                let shape = (
-                    c.index,
-                    c.threads,
-                    c.threads_per_row,
-                    c.lanes,
-                    c.elements_per_thread,
-                    pointwise_vector,
-                    split,
-                );
-                let (text, params) = match rendered.iter().find(|(s, _)| *s == shape) {
-                    Some((_, done)) => done.clone(),
-                    None => {
-                        let key = (
-                            c.index,
-                            pointwise_vector,
-                            c.strategy == Strategy::Persistent,
-                            split,
-                        );
-                        let b = match bodies.iter().find(|(i, _)| *i == key) {
-                            Some((_, b)) => b.clone(),
-                            None => {
-                                let b = render_bodies(p, k, v, &pointers, &mut syms, &mut errors);
-                                bodies.push((key, b.clone()));
-                                b
-                            }
-                        };
-                        let r = (
-                            render_variant(p, &tera, k, v, ENTRY, &b),
-                            (b.params.clone(), b.phases),
-                        );
-                        rendered.push((shape, r.clone()));
-                        r
-                    }
-                };
-                // Compared without the comments, which describe the variant.
-                let code: String = text
-                    .lines()
-                    .filter(|l| !l.trim_start().starts_with("//"))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                match seen.get(&code) {
-                    Some(first) => name = first.clone(),
-                    None => {
-                        seen.insert(code, name.clone());
-                        let f = text.replace(ENTRY, &name);
-                        source.push_str(&f);
-                        functions.push((name.clone(), f));
-                    }
+            let c = &v.config;
+            let done = rendered
+                .iter()
+                .find(|(done, _)| done == c)
+                .filter(|_| sharing == Sharing::Shared);
+            let (text, (params, phases)) = match done {
+                Some((_, done)) => done.clone(),
+                None => {
+                    let b = render_bodies(p, k, v, &pointers, &mut syms, &mut errors);
+                    let r = (
+                        render_variant(p, &tera, k, v, ENTRY, &b),
+                        (b.params.clone(), b.phases),
+                    );
+                    rendered.push((c.clone(), r.clone()));
+                    r
                 }
-                params
-            } else {
-                (Vec::new(), 0)
             };
+            // Compared without the comments, which describe the variant.
+            let code = without_comments(&text);
+            match seen.get(&code).filter(|_| sharing == Sharing::Shared) {
+                Some(first) => name = first.clone(),
+                None => {
+                    seen.insert(code, name.clone());
+                    let f = text.replace(ENTRY, &name);
+                    source.push_str(&f);
+                    functions.push((name.clone(), f));
+                }
+            }
             entries.push(Entry {
                 of: EntryOf::Kernel {
                     kernel: ki,
@@ -297,7 +284,7 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
                 unit: 0,
                 name,
                 params,
-                generated,
+                generated: true,
                 phases,
             });
         }
@@ -377,9 +364,18 @@ pub fn generate(p: &mut Program, s: &Schedule) -> CudaModule {
     CudaModule {
         source,
         units,
+        functions,
         entries,
         errors,
     }
+}
+
+/// A function's text without its comment lines (which describe the variant, not the code).
+pub fn without_comments(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Loop and bound variables of a kernel's members (everything that is not a size symbol).
