@@ -551,9 +551,16 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
             }
         }
     }
-    // Variants whose predicate can never hold are dropped. The last one is the most general in
+    // Variants the launcher can never pick are dropped. The last one is the most general in
     // every dimension (last bucket, looped, scalar, int64): its predicate is `true`.
-    variants.retain(|v| !env.statically_known_false(v.predicate));
+    let before = variants.len();
+    let variants = reachable(env, variants);
+    if variants.len() < before {
+        reasons.push(format!(
+            "variants: {} of {before} dropped: never selected (their conditions never hold, or an earlier variant's hold whenever theirs do)",
+            before - variants.len()
+        ));
+    }
     debug_assert!(variants
         .last()
         .is_some_and(|v| env.pool().as_bool(v.predicate) == Some(true) && v.aligned.is_empty()));
@@ -561,6 +568,43 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     k.reasons = reasons;
     k.vars = group_vars;
     k
+}
+
+/// The variants the launcher can pick, in order: not those whose predicate can never hold, nor
+/// those shadowed by an earlier variant whose predicate holds wherever theirs does and whose
+/// alignment needs are no stricter (within a row-count bucket that keeps rows short, the
+/// persistent strategy and int32 indices may be proved, and their alternatives never run).
+fn reachable(env: &mut ShapeEnv, variants: Vec<Variant>) -> Vec<Variant> {
+    let mut kept: Vec<Variant> = Vec::with_capacity(variants.len());
+    for v in variants {
+        if env.statically_known_false(v.predicate) {
+            continue;
+        }
+        let covers = |u: &Variant| u.aligned.iter().all(|a| v.aligned.contains(a));
+        let candidates: Vec<Expr> = kept
+            .iter()
+            .filter(|u| covers(u))
+            .map(|u| u.predicate)
+            .collect();
+        if candidates.is_empty() {
+            kept.push(v);
+            continue;
+        }
+        let shadowed = if env.pool().as_bool(v.predicate) == Some(true) {
+            candidates
+                .iter()
+                .any(|&c| env.pool().as_bool(c) == Some(true))
+        } else {
+            env.assuming(v.predicate, |e| {
+                candidates.iter().any(|&c| e.statically_known_true(c))
+            })
+            .unwrap_or(true)
+        };
+        if !shadowed {
+            kept.push(v);
+        }
+    }
+    kept
 }
 
 /// Blocks to launch for a configuration.

@@ -4,6 +4,20 @@
 // two warp barriers; f16/bf16 are bit-exact round-to-nearest-even conversions. Fibers, not OS
 // threads: a barrier is a switch of context instead of a futex wait among hundreds of threads
 // (a block of 1024 threads on two cores made a fuzzing run take minutes).
+//
+// What it does to catch what a GPU would (see docs/testing.md):
+// - a seeded schedule (gl_emu_configure): blocks run in a random order, and the threads of a block
+//   resume in a random order after every barrier, so code that relies on an order the GPU does not
+//   promise (a missing __syncthreads, one block reading another's results, warp-synchronous
+//   programming without shuffles) gives different results under different seeds;
+// - shared memory (every __shared__ array) is poisoned (0xFF bytes: NaN, -1) at the start of every
+//   block, so a read of shared memory no thread of this block wrote shows in the results;
+// - built with -fsanitize=address,undefined (emu::build_sanitized): every buffer its own
+//   allocation of its exact size (one element past the end is an error), every access aligned for
+//   its type (a 16-byte vector load at an address not 16-byte aligned is an error), no signed
+//   overflow in index arithmetic (an int32 index that wraps is an error);
+// - a subset of the blocks can run on their own (gl_emu_sample), so a launch of millions of
+//   threads is checked on sampled rows.
 #pragma once
 #define GUARDLESS_EMULATION 1
 #include <ucontext.h>
@@ -23,7 +37,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-#define __shared__ static
+#define __shared__ static __attribute__((section("gl_shared")))
 #define __align__(n) __attribute__((aligned(n)))
 
 struct GlDim { unsigned x, y, z; };
@@ -56,6 +70,7 @@ inline thread_local GlWarp* gl_warp;
 inline thread_local ucontext_t gl_scheduler;
 inline thread_local GlFiber* gl_fiber;
 
+inline void gl_to_scheduler(bool done);
 inline void GlBarrier::arrive_and_wait() {
   if (++arrived == expected) {
     arrived = 0;
@@ -64,7 +79,7 @@ inline void GlBarrier::arrive_and_wait() {
   }
   gl_fiber->waiting = this;
   gl_fiber->phase = phase;
-  swapcontext(&gl_fiber->ctx, &gl_scheduler);
+  gl_to_scheduler(false);
 }
 
 inline void __syncthreads() { gl_block_barrier->arrive_and_wait(); }
@@ -190,28 +205,112 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
 }
 }  // namespace nvcuda::wmma
 
-// Runs `grid` blocks of `block` threads of `kernel`, one block after the other.
+// The emulation's settings: the schedule's seed (0: blocks and threads in order), and the blocks
+// to run (all when none are given).
+struct GlEmu {
+  uint64_t seed = 0;
+  uint64_t state = 0;
+  std::vector<unsigned> sample;
+  bool sampled = false;
+};
+inline GlEmu gl_emu;
+extern "C" void gl_emu_configure(uint64_t seed) {
+  gl_emu.seed = seed;
+  gl_emu.state = seed;
+}
+// Only these blocks run in the launches that follow (n = 0: every block again).
+extern "C" void gl_emu_sample(const unsigned* blocks, unsigned n) {
+  gl_emu.sample.assign(blocks, blocks + n);
+  gl_emu.sampled = n > 0;
+}
+// splitmix64
+inline uint64_t gl_emu_next() {
+  uint64_t z = (gl_emu.state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+template <class T> void gl_emu_shuffle(std::vector<T>& v) {
+  if (gl_emu.seed == 0) return;
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[gl_emu_next() % i]);
+}
+
+// Every __shared__ array lies in the section gl_shared (see the #define above), whose bounds the
+// linker provides: poisoned at the start of every block.
+extern "C" char __start_gl_shared[] __attribute__((weak));
+extern "C" char __stop_gl_shared[] __attribute__((weak));
+inline void gl_poison_shared() {
+  if (__start_gl_shared && __stop_gl_shared) std::memset(__start_gl_shared, 0xFF, __stop_gl_shared - __start_gl_shared);
+}
+
+// AddressSanitizer follows the switches between stacks when told (it would otherwise take a
+// fiber's stack for an overflow of the scheduler's).
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+inline thread_local const void* gl_scheduler_stack;
+inline thread_local size_t gl_scheduler_stack_size;
+#endif
+
 // The kernel a block's fibers run, and the fiber stacks (allocated once, reused: 1024 threads).
 inline thread_local void (*gl_body)(void*);
 inline thread_local void* gl_body_arg;
-inline void gl_fiber_main() {
-  gl_body(gl_body_arg);
-  gl_fiber->done = true;
-  swapcontext(&gl_fiber->ctx, &gl_scheduler);
-}
 constexpr size_t GL_STACK = 256 * 1024;
 inline char* gl_stack(unsigned t) {
   static thread_local std::vector<std::unique_ptr<char[]>> stacks;
   while (stacks.size() <= t) stacks.emplace_back(new char[GL_STACK]);
   return stacks[t].get();
 }
+// From a fiber back to the scheduler (`done`: the fiber ends).
+inline void gl_to_scheduler(bool done) {
+#if defined(__SANITIZE_ADDRESS__)
+  void* save = nullptr;
+  __sanitizer_start_switch_fiber(done ? nullptr : &save, gl_scheduler_stack, gl_scheduler_stack_size);
+  swapcontext(&gl_fiber->ctx, &gl_scheduler);
+  __sanitizer_finish_switch_fiber(save, nullptr, nullptr);
+#else
+  (void)done;
+  swapcontext(&gl_fiber->ctx, &gl_scheduler);
+#endif
+}
+inline void gl_fiber_main() {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &gl_scheduler_stack, &gl_scheduler_stack_size);
+#endif
+  gl_body(gl_body_arg);
+  gl_fiber->done = true;
+  gl_to_scheduler(true);
+}
+// From the scheduler into fiber `f`.
+inline void gl_to_fiber(GlFiber& f) {
+#if defined(__SANITIZE_ADDRESS__)
+  void* save = nullptr;
+  __sanitizer_start_switch_fiber(&save, gl_stack(f.t), GL_STACK);
+  swapcontext(&gl_scheduler, &f.ctx);
+  __sanitizer_finish_switch_fiber(save, nullptr, nullptr);
+#else
+  swapcontext(&gl_scheduler, &f.ctx);
+#endif
+}
 
+// Runs `grid` blocks of `block` threads of `kernel` (or the sampled ones), one block after the
+// other, in the schedule's order.
 template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
   gl_body = [](void* k) { (*static_cast<F*>(k))(); };
   gl_body_arg = &kernel;
   std::vector<GlFiber> fibers(block);
   std::vector<GlWarp> warps((block + 31) / 32);
-  for (unsigned b = 0; b < grid; ++b) {
+  std::vector<unsigned> blocks;
+  if (gl_emu.sampled) {
+    for (unsigned b : gl_emu.sample) if (b < grid) blocks.push_back(b);
+  } else {
+    for (unsigned b = 0; b < grid; ++b) blocks.push_back(b);
+  }
+  gl_emu_shuffle(blocks);
+  std::vector<unsigned> order(block);
+  for (unsigned t = 0; t < block; ++t) order[t] = t;
+  for (unsigned b : blocks) {
+    gl_poison_shared();
     GlBarrier bar{block};
     for (auto& w : warps) w.bar = GlBarrier{32};
     for (unsigned t = 0; t < block; ++t) {
@@ -225,10 +324,13 @@ template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
       f.ctx.uc_link = nullptr;
       makecontext(&f.ctx, gl_fiber_main, 0);
     }
-    // Round robin over the fibers not done and not waiting on a barrier still in its phase.
+    // Rounds over the fibers not done and not waiting on a barrier still in its phase, each round
+    // in a new order: a fiber runs until it waits on a barrier or ends.
     for (unsigned live = block; live > 0;) {
       bool moved = false;
-      for (auto& f : fibers) {
+      gl_emu_shuffle(order);
+      for (unsigned t : order) {
+        GlFiber& f = fibers[t];
         if (f.done || (f.waiting && f.waiting->phase == f.phase)) continue;
         f.waiting = nullptr;
         threadIdx = {f.t, 0, 0};
@@ -236,7 +338,7 @@ template <class F> void gl_launch(unsigned grid, unsigned block, F kernel) {
         gl_block_barrier = &bar;
         gl_warp = &warps[f.t / 32];
         gl_fiber = &f;
-        swapcontext(&gl_scheduler, &f.ctx);
+        gl_to_fiber(f);
         moved = true;
         if (f.done) --live;
       }

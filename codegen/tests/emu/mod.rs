@@ -1,7 +1,10 @@
+#![allow(dead_code)]
 //! Test support: the generated CUDA compiled as C++ against the CPU emulation of CUDA
 //! (`cuda_emu.h`: a thread per CUDA thread, barriers, warp shuffles), with a C wrapper per
 //! function, `gl_run_<function>(grid, block, args)`, where `args[i]` points to parameter `i`'s
 //! value as `cuLaunchKernel` takes them. Shared by codegen's and the runtime's tests.
+
+pub mod sampled;
 
 use guardless_codegen::cuda::{storage_type, CudaModule, Param};
 use guardless_ir::loop_ir::Program;
@@ -52,7 +55,46 @@ impl Drop for Compiled {
     }
 }
 
+impl Compiled {
+    /// The schedule's seed for the launches that follow (0: blocks and threads in order).
+    pub fn configure(&self, seed: u64) {
+        let f: libloading::Symbol<unsafe extern "C" fn(u64)> =
+            unsafe { self.lib.get(b"gl_emu_configure") }.unwrap();
+        unsafe { f(seed) };
+    }
+
+    /// Only `blocks` run in the launches that follow (empty: every block).
+    pub fn sample(&self, blocks: &[u32]) {
+        let f: libloading::Symbol<unsafe extern "C" fn(*const u32, u32)> =
+            unsafe { self.lib.get(b"gl_emu_sample") }.unwrap();
+        unsafe { f(blocks.as_ptr(), blocks.len() as u32) };
+    }
+}
+
+/// The seed of the emulation's schedule: `GUARDLESS_EMU_SEED` (to explore), else 1.
+pub fn default_seed() -> u64 {
+    std::env::var("GUARDLESS_EMU_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Builds the emulation of `m` (with C wrappers per function) as a shared library and loads it,
+/// its schedule seeded by [`default_seed`].
 pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
+    let src = format!("{}\n{}", m.source, launchers(p, m));
+    build_source(name, &src, false)
+}
+
+/// The same built with AddressSanitizer and UndefinedBehaviorSanitizer: the process must have the
+/// ASan runtime loaded first (see [`sanitized`]).
+pub fn build_sanitized(name: &str, p: &Program, m: &CudaModule) -> Compiled {
+    let src = format!("{}\n{}", m.source, launchers(p, m));
+    build_source(name, &src, true)
+}
+
+/// Builds C++ `source` against the emulation header (sanitized or not) and loads it.
+pub fn build_source(name: &str, source: &str, sanitize: bool) -> Compiled {
     // A directory per build: the dynamic loader hands back an already loaded library for the
     // same path, so two builds under one name would run the first one's code.
     static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -63,20 +105,26 @@ pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
         env!("CARGO_MANIFEST_DIR"),
         "/../codegen/tests/emu/cuda_emu.h"
     );
-    let src = format!("#include \"{header}\"\n{}\n{}", m.source, launchers(p, m));
+    let src = format!("#include \"{header}\"\n{source}\n");
     let cpp = dir.join("kernels.cpp");
     std::fs::write(&cpp, src).unwrap();
     let so = dir.join("kernels.so");
-    let out = std::process::Command::new("c++")
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-pthread",
-            "-w",
-            "-o",
-        ])
+    let mut cmd = std::process::Command::new("c++");
+    cmd.args(["-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w"]);
+    if sanitize {
+        assert!(
+            asan_loaded(),
+            "a sanitized emulation needs the ASan runtime in the process (emu::sanitized)"
+        );
+        cmd.args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+            "-g",
+        ]);
+    }
+    let out = cmd
+        .arg("-o")
         .arg(&so)
         .arg(&cpp)
         .output()
@@ -87,5 +135,56 @@ pub fn build(name: &str, p: &Program, m: &CudaModule) -> Compiled {
         String::from_utf8_lossy(&out.stderr)
     );
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    Compiled { lib, dir }
+    let c = Compiled { lib, dir };
+    c.configure(default_seed());
+    c
+}
+
+/// Whether this process runs with the ASan runtime (preloaded by [`sanitized`]).
+pub fn asan_loaded() -> bool {
+    std::env::var_os(SANITIZED_CHILD).is_some()
+}
+
+const SANITIZED_CHILD: &str = "GUARDLESS_EMU_SANITIZED_CHILD";
+
+/// The ASan runtime of the C++ compiler (`c++ -print-file-name=libasan.so`).
+fn libasan() -> std::path::PathBuf {
+    let out = std::process::Command::new("c++")
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .expect("a C++ compiler (c++)");
+    let path = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        path.is_absolute() && path.exists(),
+        "the C++ compiler's libasan.so ({}) is missing: install its sanitizer runtime (Debian: libasan8)",
+        path.display()
+    );
+    std::fs::canonicalize(path).unwrap()
+}
+
+/// Runs test `test` (this test binary's exact name) again in a child process that has the ASan
+/// runtime loaded first, so that sanitized emulations can be loaded there. In the child, returns
+/// `None` (the caller goes on with the test's body); in the parent, the child's output.
+pub fn sanitized(test: &str, env: &[(&str, &str)]) -> Option<std::process::Output> {
+    if asan_loaded() {
+        return None;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(SANITIZED_CHILD, "1")
+        .env("LD_PRELOAD", libasan())
+        // Rust's own allocations are not the kernels' business; a report stops the child.
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=0:abort_on_error=0:halt_on_error=1:exitcode=86",
+        )
+        .env(
+            "UBSAN_OPTIONS",
+            "print_stacktrace=1:halt_on_error=1:exitcode=87",
+        );
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Some(cmd.output().unwrap())
 }

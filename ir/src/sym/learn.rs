@@ -35,6 +35,36 @@ impl ShapeEnv {
         })
     }
 
+    /// Runs `f` with `cond` assumed — learned as an assert would be — then forgets it: ranges,
+    /// facts, divisibility and asserts are as they were. `None` when `cond` is false or contradicts
+    /// what is known (it can never hold). For implications: `assuming(a, |e|
+    /// e.statically_known_true(b))` proves that `b` holds wherever `a` does.
+    pub fn assuming<T>(&mut self, cond: Expr, f: impl FnOnce(&mut ShapeEnv) -> T) -> Option<T> {
+        let saved = (
+            self.syms.clone(),
+            self.facts.clone(),
+            self.fact_signatures.clone(),
+            self.divisibility.clone(),
+            self.asserts.len(),
+            self.assert_set.clone(),
+        );
+        self.changed();
+        let out = match self.check(cond) {
+            Ok(()) => Some(f(self)),
+            Err(_) => None,
+        };
+        let (syms, facts, signatures, divisibility, asserts, assert_set) = saved;
+        self.syms = syms;
+        self.facts = facts;
+        self.fact_signatures = signatures;
+        self.divisibility = divisibility;
+        self.asserts.truncate(asserts);
+        self.assert_set = assert_set;
+        // Memo entries made under the assumption are stale from here on.
+        self.changed();
+        out
+    }
+
     /// Parses and checks an assert.
     pub fn check_text(&mut self, text: &str) -> Result<(), SymError> {
         let e = self.parse(text)?;

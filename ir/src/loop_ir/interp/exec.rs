@@ -45,14 +45,50 @@ impl ExecPlan {
     }
 }
 
-/// Buffer contents: one vector per buffer of its own and per shared slot.
-pub(in crate::loop_ir) struct Storage {
+/// Buffer contents: one vector per buffer of its own and per shared slot; or, when sampling rows
+/// (`Program::run_rows`), the elements computed so far and the caller's answer for the rest.
+pub(in crate::loop_ir) struct Storage<'a> {
     data: Vec<Vec<V>>,
     home: Vec<usize>,
+    sampled: Option<Sampled<'a>>,
 }
 
-impl Storage {
-    fn new(p: &Program, plan: &ExecPlan) -> Storage {
+/// A load that computed elements do not answer: the value in `buffer`'s storage (a storage root)
+/// at `index`, or why there is none.
+pub type ReadFn<'a> = &'a dyn Fn(BufferId, i64) -> Result<Scalar, String>;
+
+struct Sampled<'a> {
+    cells: rustc_hash::FxHashMap<(usize, i64), V>,
+    read: ReadFn<'a>,
+}
+
+/// An element's value as the interpreter holds it.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Float(f64),
+    Int(i64),
+}
+
+impl From<V> for Scalar {
+    fn from(v: V) -> Scalar {
+        match v {
+            V::F(x) => Scalar::Float(x),
+            V::I(x) => Scalar::Int(x),
+        }
+    }
+}
+
+impl From<Scalar> for V {
+    fn from(v: Scalar) -> V {
+        match v {
+            Scalar::Float(x) => V::F(x),
+            Scalar::Int(x) => V::I(x),
+        }
+    }
+}
+
+impl<'a> Storage<'a> {
+    fn new(p: &Program, plan: &ExecPlan) -> Storage<'a> {
         let n = p.buffers.len();
         let mut home = Vec::with_capacity(n);
         for (i, b) in p.buffers.iter().enumerate() {
@@ -66,11 +102,50 @@ impl Storage {
         Storage {
             data: vec![Vec::new(); slots.max(n)],
             home,
+            sampled: None,
         }
     }
 
+    /// The whole storage of `id` (not while sampling rows: library steps only).
     pub(super) fn get(&self, id: BufferId) -> &Vec<V> {
         &self.data[self.home[id.index()]]
+    }
+
+    /// Element `at` of `id`'s storage.
+    pub(super) fn load(&self, p: &Program, id: BufferId, at: i64) -> Result<V, String> {
+        let home = self.home[id.index()];
+        if let Some(s) = &self.sampled {
+            if let Some(v) = s.cells.get(&(home, at)) {
+                return Ok(*v);
+            }
+            return (s.read)(BufferId(home as u32), at).map(V::from);
+        }
+        let data = &self.data[home];
+        data.get(at as usize)
+            .filter(|_| at >= 0)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "load from {} at index {at} is out of bounds (size {})",
+                    p.buffers[id.index()].name,
+                    data.len()
+                )
+            })
+    }
+
+    /// Stores element `at` of `id`'s storage.
+    fn store(&mut self, id: BufferId, at: i64, v: V) -> Result<(), String> {
+        let home = self.home[id.index()];
+        if let Some(s) = &mut self.sampled {
+            s.cells.insert((home, at), v);
+            return Ok(());
+        }
+        let slot = self.data[home]
+            .get_mut(at as usize)
+            .filter(|_| at >= 0)
+            .ok_or_else(|| format!("store out of bounds at {at}"))?;
+        *slot = v;
+        Ok(())
     }
 
     fn put(&mut self, id: BufferId, v: Vec<V>) {
@@ -79,6 +154,9 @@ impl Storage {
 
     /// Fresh storage for `id`, every element poisoned.
     fn alloc(&mut self, id: BufferId, numel: usize, dtype: DType) {
+        if self.sampled.is_some() {
+            return;
+        }
         let poison = if dtype.is_float() {
             V::F(f64::NAN)
         } else {
@@ -235,6 +313,63 @@ impl Program {
         Ok(())
     }
 
+    /// Computes the members of a fused step (as [`ExecStep::Fused`] describes it) at rows
+    /// `sample` only, each load of anything they did not compute answered by `read`: a sampled
+    /// check of a kernel's rows, however large the whole step. Returns each member's elements
+    /// computed, as (storage index, value), in the order computed.
+    #[allow(clippy::type_complexity)]
+    pub fn run_rows(
+        &self,
+        members: &[BufferId],
+        rows: Expr,
+        lanes: i64,
+        sample: &[i64],
+        bindings: &Bindings,
+        read: ReadFn<'_>,
+    ) -> Result<Vec<Vec<(i64, Scalar)>>, RunError> {
+        let mut st = Storage::new(self, &ExecPlan::unscheduled(self));
+        st.sampled = Some(Sampled {
+            cells: rustc_hash::FxHashMap::default(),
+            read,
+        });
+        let mut b = bindings.clone();
+        let first = &self.buffers[members[0].index()];
+        let rows = self
+            .env
+            .evaluate(rows, &b)
+            .map_err(|e| fail_for(first)(e.to_string()))?;
+        let mut per_row = Vec::with_capacity(members.len());
+        let mut ranges = Vec::with_capacity(members.len());
+        for &m in members {
+            let buf = &self.buffers[m.index()];
+            let numel = self.numel_of(buf, &b)?;
+            if rows > 0 && numel % rows != 0 || rows == 0 && numel != 0 {
+                return Err(fail_for(buf)(format!(
+                    "{numel} elements do not split into {rows} rows"
+                )));
+            }
+            per_row.push(if rows == 0 { 0 } else { numel / rows });
+            ranges.push(self.loop_ranges(buf, &b)?);
+        }
+        let mut out: Vec<Vec<(i64, Scalar)>> = vec![Vec::new(); members.len()];
+        for &o in sample.iter().filter(|&&o| (0..rows).contains(&o)) {
+            for (k, &m) in members.iter().enumerate() {
+                let buf = &self.buffers[m.index()];
+                for f in o * per_row[k]..(o + 1) * per_row[k] {
+                    self.compute_element(m, &ranges[k], f, lanes, &mut st, &mut b)?;
+                    let idx = element_index(&ranges[k], f);
+                    let at = buf
+                        .layout
+                        .index_value(&self.env, &idx, &b)
+                        .map_err(fail_for(buf))?;
+                    let v = st.load(self, m, at).map_err(fail_for(buf))?;
+                    out[k].push((at, v.into()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The evaluated output ranges of a computed buffer.
     fn loop_ranges(&self, buf: &Buffer, b: &Bindings) -> Result<Vec<i64>, RunError> {
         let BufferKind::Computed { loops, .. } = &buf.kind else {
@@ -266,13 +401,7 @@ impl Program {
         let BufferKind::Computed { loops, body } = &buf.kind else {
             unreachable!("checked by loop_ranges")
         };
-        let mut idx = vec![0i64; ranges.len()];
-        let mut rest = f;
-        for k in (0..ranges.len()).rev() {
-            let n = ranges[k].max(1);
-            idx[k] = rest % n;
-            rest /= n;
-        }
+        let idx = element_index(ranges, f);
         for (var, &v) in loops.vars.iter().zip(&idx) {
             b.set(
                 self.env
@@ -294,13 +423,7 @@ impl Program {
             }
         };
         let at = buf.layout.index_value(&self.env, &idx, b).map_err(&fail)?;
-        let home = st.home[id.index()];
-        let slot = st.data[home]
-            .get_mut(at as usize)
-            .filter(|_| at >= 0)
-            .ok_or_else(|| fail(format!("store out of bounds at {at}")))?;
-        *slot = store(buf.dtype, value);
-        Ok(())
+        st.store(id, at, store(buf.dtype, value)).map_err(fail)
     }
 
     fn exec_whole(
@@ -377,6 +500,18 @@ impl Program {
         st.put(id, out);
         Ok(())
     }
+}
+
+/// The index of element `f` (row-major) over loop ranges `ranges`.
+fn element_index(ranges: &[i64], f: i64) -> Vec<i64> {
+    let mut idx = vec![0i64; ranges.len()];
+    let mut rest = f;
+    for k in (0..ranges.len()).rev() {
+        let n = ranges[k].max(1);
+        idx[k] = rest % n;
+        rest /= n;
+    }
+    idx
 }
 
 /// An error of buffer `buf`, naming it and its graph nodes.

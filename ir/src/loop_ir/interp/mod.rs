@@ -7,7 +7,7 @@ mod library;
 mod scalar;
 
 use exec::Storage;
-pub use exec::{ExecPlan, ExecStep};
+pub use exec::{ExecPlan, ExecStep, ReadFn, Scalar};
 
 use thiserror::Error;
 
@@ -171,14 +171,7 @@ impl Program {
                 }
                 Op::Load { buffer, index, .. } => {
                     let i = self.env.evaluate(index, b).map_err(|e| e.to_string())?;
-                    let data = storage.get(buffer);
-                    *data.get(i as usize).filter(|_| i >= 0).ok_or_else(|| {
-                        format!(
-                            "load from {} at index {i} is out of bounds (size {})",
-                            self.buffers[buffer.index()].name,
-                            data.len()
-                        )
-                    })?
+                    storage.load(self, buffer, i)?
                 }
                 Op::Constant(Constant::Float(bits)) => V::F(f64::from_bits(bits)),
                 Op::Constant(Constant::Int(i)) => V::I(i),
