@@ -64,3 +64,35 @@ fn check_reports_bad_graphs_with_the_file_and_position() {
     assert!(!ok && err.contains("missing.json"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A name with a newline and a preprocessor line in it: `check` and `compile` refuse the graph,
+/// naming where, and print no raw control character.
+#[test]
+fn names_with_control_characters_are_refused_and_printed_escaped() {
+    let dir = std::env::temp_dir().join(format!("guardless-cli-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("hostile.json");
+    std::fs::write(
+        &bad,
+        r#"{"format": "guardless-graph", "version": 1, "name": "h",
+            "inputs": [{"name": "x", "dtype": "f32", "shape": [4]}],
+            "nodes": [{"name": "s\n#define expf(x) (1.0f)\n", "op": "aten._softmax.default",
+                       "args": {"self": {"tensor": "x"}, "dim": 0, "half_to_float": false}}],
+            "outputs": [{"tensor": "s\n#define expf(x) (1.0f)\n"}]}"#,
+    )
+    .unwrap();
+    for cmd in ["check", "compile"] {
+        let (ok, out, err) = guardless(&[cmd, bad.to_str().unwrap()]);
+        assert!(!ok, "{cmd} accepted it: {out}");
+        assert!(
+            err.contains("nodes[0].name") && err.contains("U+000A"),
+            "{cmd}: {err}"
+        );
+        let body = err.trim_end_matches('\n');
+        assert!(
+            !body.chars().any(|c| c.is_control()),
+            "{cmd}: raw control characters in {err:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

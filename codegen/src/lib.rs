@@ -5,5 +5,6 @@ pub mod cache;
 pub mod cuda;
 pub mod nvrtc;
 pub mod schedule;
+pub mod text;
 
 pub use guardless_ir as ir;

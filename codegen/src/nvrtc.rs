@@ -100,8 +100,12 @@ fn c_string(v: Vec<std::ffi::c_char>) -> String {
 /// Compiles `source` (named `name` in messages) with `options`.
 pub fn compile(source: &str, name: &str, options: &[String]) -> Result<Compiled, NvrtcError> {
     ensure_loaded()?;
-    let src = CString::new(source).expect("generated source has no NUL");
-    let cname = CString::new(name).expect("a name without NUL");
+    let nul = |what: &str| NvrtcError::Compile {
+        status: "refused".into(),
+        log: format!("the {what} holds a NUL character"),
+    };
+    let src = CString::new(source).map_err(|_| nul("source"))?;
+    let cname = CString::new(name).map_err(|_| nul("translation unit's name"))?;
     let prog = result::create_program(src.as_c_str(), Some(cname.as_c_str())).map_err(|e| {
         NvrtcError::Compile {
             status: format!("{e:?}"),

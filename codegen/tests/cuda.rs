@@ -457,3 +457,61 @@ fn grouped_mm_functions_compile_for_sm90() {
         compiles_without_spills(dtype, &m, &options);
     }
 }
+
+/// Names reach generated code only through `text::comment` and `text::identifier`: buffer and
+/// node names carrying a newline and a preprocessor line (put in after reading, which refuses
+/// them) leave no line of the source that is not code the generator wrote, and the source
+/// compiles (a `#define expf(x) (1.0f)` there would have silently changed softmax).
+#[test]
+fn user_names_reach_generated_code_only_as_comments_and_identifiers() {
+    let hostile = [
+        "a\n#define expf(x) (1.0f)\n",
+        "b\\",
+        "c\r\n#include \"/etc/hostname\"",
+        "d\0e",
+        "mlp.up",
+        "mlp_up",
+    ];
+    for name in ["softmax", "rms_norm", "moe_routing"] {
+        let g = Graph::from_json(&example(&format!("{name}.unbacked"))).unwrap();
+        let mut p = lower(&g).unwrap();
+        let n = p.buffers.len();
+        for (i, b) in p.buffers.iter_mut().enumerate() {
+            b.name = format!("{}{i}", hostile[i % hostile.len()]);
+            b.origins = vec![hostile[(i + 1) % hostile.len()].to_string(); 2];
+        }
+        // Two buffers whose names become the same identifier keep distinct pointers.
+        if n >= 2 {
+            p.buffers[0].name = "x.y".into();
+            p.buffers[1].name = "x_y".into();
+        }
+        let s = schedule(&mut p);
+        let m = generate(&mut p, &s);
+        for line in m.source.lines() {
+            assert!(
+                !line.chars().any(|c| c.is_control() && c != '\t'),
+                "{name}: a control character in {line:?}"
+            );
+            let t = line.trim_start();
+            assert!(
+                !t.starts_with("#define expf") && !t.starts_with("#include \"/etc"),
+                "{name}: {line}"
+            );
+            if !t.starts_with("//") {
+                assert!(!t.ends_with('\\'), "{name}: a line splice in {line:?}");
+            }
+        }
+        let names: std::collections::HashSet<&str> =
+            m.entries.iter().map(|e| e.name.as_str()).collect();
+        for e in &names {
+            assert!(
+                e.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{name}: function {e:?}"
+            );
+        }
+        if let Some(include) = toolchain() {
+            nvrtc::compile(&m.source, "kernels.cu", &nvrtc::options("sm_90", &include))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}

@@ -482,3 +482,125 @@ fn output_and_assert_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A control character anywhere (a name, an op, a reference, an argument key or value, a size,
+/// an assert) is refused, the error naming where and showing the text escaped (no raw control
+/// character in the message).
+#[test]
+fn control_characters_in_any_text_are_refused_where_they_are() {
+    let relu = |name: &str, arg: &str| {
+        format!(
+            r#"{{"name": "{name}", "op": "aten.relu.default", "args": {{"self": {{"tensor": "{arg}"}}}}}}"#
+        )
+    };
+    let out = r#"{"tensor": "a"}"#;
+    let cases: Vec<(String, &str)> = vec![
+        (
+            graph(
+                U0,
+                X,
+                &relu("a\\n#include \\\"/etc/hostname\\\"", "x"),
+                out,
+                "",
+            ),
+            "nodes[0].name",
+        ),
+        (
+            graph(U0, X, &relu("a", "x\\u0000"), out, ""),
+            "nodes[0].args.self.tensor",
+        ),
+        (
+            graph(
+                U0,
+                r#"{"name": "x\r", "dtype": "f32", "shape": ["u0", 8]}"#,
+                &relu("a", "x"),
+                out,
+                "",
+            ),
+            "inputs[0].name",
+        ),
+        (
+            graph(
+                r#"{"name": "u\t0", "kind": "unbacked"}"#,
+                X,
+                &relu("a", "x"),
+                out,
+                "",
+            ),
+            "symbols[0].name",
+        ),
+        (
+            graph(U0, X, &relu("a", "x"), r#"{"tensor": "a\u001b[2J"}"#, ""),
+            "outputs[0].tensor",
+        ),
+        (
+            graph(U0, X, &relu("a", "x"), out, r#""u0 >= 0\n""#),
+            "asserts[0]",
+        ),
+        (
+            graph(
+                U0,
+                r#"{"name": "x", "dtype": "f32", "shape": ["u0\u0085", 8]}"#,
+                &relu("a", "x"),
+                out,
+                "",
+            ),
+            "inputs[0].shape[0]",
+        ),
+        (
+            graph(
+                U0,
+                X,
+                r#"{"name": "a", "op": "aten.relu.default", "args": {"self": {"tensor": "x"}, "k\u0007": 1}}"#,
+                out,
+                "",
+            ),
+            "nodes[0].args (a key)",
+        ),
+        (
+            graph(
+                U0,
+                X,
+                r#"{"name": "a", "op": "aten.relu\n.default", "args": {"self": {"tensor": "x"}}}"#,
+                out,
+                "",
+            ),
+            "nodes[0].op",
+        ),
+    ];
+    for (text, at) in cases {
+        let e = err(&text);
+        let message = e.to_string();
+        assert!(
+            matches!(&e, GraphError::ControlCharacter { at: a, .. } if a == at),
+            "{at}: {message}"
+        );
+        assert!(
+            !message.chars().any(|c| c.is_control()),
+            "{at}: raw control character in {message:?}"
+        );
+    }
+}
+
+/// A key given twice in a node's arguments (or in an object inside them) is an error, as the
+/// graph's own duplicate keys are: never silently the last one.
+#[test]
+fn duplicate_argument_keys_are_refused() {
+    for args in [
+        r#"{"self": {"tensor": "x"}, "self": {"tensor": "x"}}"#,
+        r#"{"self": {"tensor": "x", "tensor": "y"}}"#,
+    ] {
+        let text = graph(
+            U0,
+            X,
+            &format!(r#"{{"name": "a", "op": "aten.relu.default", "args": {args}}}"#),
+            r#"{"tensor": "a"}"#,
+            "",
+        );
+        let e = err(&text);
+        assert!(
+            matches!(&e, GraphError::Json { .. }) && e.to_string().contains("appears twice"),
+            "{e}"
+        );
+    }
+}

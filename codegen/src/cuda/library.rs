@@ -130,8 +130,8 @@ pub(super) fn context(
     symbols: &str,
 ) -> Context {
     let mut ctx = Context::new();
-    ctx.insert("name", &buf.name);
-    ctx.insert("nodes", &buf.origins.join(", "));
+    ctx.insert("name", &crate::text::comment(&buf.name));
+    ctx.insert("nodes", &crate::text::comment(&buf.origins.join(", ")));
     ctx.insert("entry", entry);
     ctx.insert("threads", &threads);
     ctx.insert("params", &params_c.join(", "));

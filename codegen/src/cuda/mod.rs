@@ -224,7 +224,7 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         .expect("the common header renders");
     let mut source = header.clone();
     let mut functions: Vec<(String, String)> = Vec::new();
-    let pointers: Vec<String> = p.buffers.iter().map(|b| pointer_name(&b.name)).collect();
+    let pointers = pointer_names(p);
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     // Variants whose code comes out the same (they differ only in what the launch does, or in a
@@ -315,7 +315,7 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         let _ = writeln!(source);
         for (part, text, params) in parts {
             let phases = lines::phases(p, &p.buffers[b.index()], part);
-            let name = format!("{kind}_{}_{}", &pointers[b.index()][2..], part.name());
+            let name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
             let f = text.replace(ENTRY, &name);
             source.push_str(&f);
             functions.push((name.clone(), f));
@@ -420,9 +420,9 @@ fn render_variant(
     let (row_decompose, lin_decompose) = (&b.row_decompose, &b.lin_decompose);
     let (pass_ctx, pointwise_body) = (&b.pass_ctx, &b.pointwise_body);
     let mut ctx = Context::new();
-    ctx.insert("name", &k.name);
+    ctx.insert("name", &crate::text::comment(&k.name));
     ctx.insert("entry", entry);
-    ctx.insert("nodes", &k.origins.join(", "));
+    ctx.insert("nodes", &crate::text::comment(&k.origins.join(", ")));
     ctx.insert("params", &params_c.join(", "));
     ctx.insert("symbols", &decls);
     ctx.insert("idx", idx);
@@ -468,13 +468,31 @@ fn render_variant(
     text + "\n"
 }
 
-/// A C identifier for a buffer's pointer.
-fn pointer_name(buffer_name: &str) -> String {
-    let clean: String = buffer_name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+/// A C identifier for each buffer's pointer: `p_` and its name when that is an identifier no
+/// other buffer's name becomes, else `p`, the buffer's number and its name made an identifier
+/// (`p7_mlp_up` for `mlp.up`: no `p_` name has a digit after the `p`).
+fn pointer_names(p: &Program) -> Vec<String> {
+    let idents: Vec<String> = p
+        .buffers
+        .iter()
+        .map(|b| crate::text::identifier(&b.name))
         .collect();
-    format!("p_{clean}")
+    let mut count: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
+    for i in &idents {
+        *count.entry(i.as_str()).or_default() += 1;
+    }
+    idents
+        .iter()
+        .zip(&p.buffers)
+        .enumerate()
+        .map(|(k, (i, b))| {
+            if *i == b.name && count[i.as_str()] == 1 {
+                format!("p_{i}")
+            } else {
+                format!("p{k}_{i}")
+            }
+        })
+        .collect()
 }
 
 /// The blocks a split variant spreads each row over; 0 for any other strategy.

@@ -388,11 +388,7 @@ pub fn kernel_of(p: &mut Program, deps: &Deps, g: &Group, index: usize) -> Kerne
     let stem: Vec<String> = origins
         .iter()
         .take(4)
-        .map(|o| {
-            o.chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect()
-        })
+        .map(|o| crate::text::identifier(o))
         .collect();
     let kind = if g.inner.is_empty() {
         "pointwise"

@@ -33,4 +33,13 @@ pub enum GraphError {
     UnknownOps { ops: Vec<(String, String)> },
     #[error("unbacked symbol '{name}' is declared but nothing binds it (no input dimension, no data-dependent node)")]
     Unbound { name: String },
+    /// A name or other text with a control character (a newline, a NUL, …): refused, so that no
+    /// name can end a comment in generated code or a line of a report. `text` is escaped.
+    #[error("{at}: \"{text}\" has a control character ({code}) at character {offset}; names and other text must be printable")]
+    ControlCharacter {
+        at: String,
+        text: String,
+        code: String,
+        offset: usize,
+    },
 }

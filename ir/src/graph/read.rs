@@ -62,7 +62,7 @@ struct RawInput {
 struct RawNode {
     name: String,
     op: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_keys")]
     args: Map<String, Json>,
     #[serde(default)]
     shape: Option<Vec<Json>>,
@@ -80,6 +80,80 @@ struct RawOutput {
     index: Option<usize>,
     #[serde(default)]
     mutates: Option<String>,
+}
+
+/// A node's arguments: an object whose keys, and those of every object inside, are unique (JSON
+/// leaves duplicates to the reader; taking the last one silently would hide a mistake).
+fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Map<String, Json>, D::Error> {
+    match d.deserialize_any(UniqueValue)? {
+        Json::Object(m) => Ok(m),
+        _ => Err(serde::de::Error::custom("\"args\" must be an object")),
+    }
+}
+
+/// Deserializes a JSON value, refusing an object with a key twice.
+struct UniqueValue;
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueValue {
+    type Value = Json;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueValue {
+    type Value = Json;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_none<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(UniqueValue)? {
+            out.push(v);
+        }
+        Ok(Json::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut out = Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key \"{}\" appears twice",
+                    k.escape_debug()
+                )));
+            }
+            let v = map.next_value_seed(UniqueValue)?;
+            out.insert(k, v);
+        }
+        Ok(Json::Object(out))
+    }
 }
 
 /// Ops that produce sizes from data: a lone unbacked symbol in their stated shape is bound by them.
@@ -107,8 +181,86 @@ impl Graph {
             column: e.column(),
             message: strip_position(&e.to_string()),
         })?;
+        printable(&raw)?;
         Reader::default().read(raw)
     }
+}
+
+/// Every string of the graph — names, ops, dtypes, references, argument keys and values, size
+/// expressions, asserts — free of control characters; the error names where (`nodes[3].name`).
+fn printable(raw: &RawGraph) -> Result<(), GraphError> {
+    fn text(at: &dyn Fn() -> String, s: &str) -> Result<(), GraphError> {
+        match s.chars().enumerate().find(|(_, c)| c.is_control()) {
+            None => Ok(()),
+            Some((offset, c)) => Err(GraphError::ControlCharacter {
+                at: at(),
+                text: s
+                    .chars()
+                    .take(80)
+                    .collect::<String>()
+                    .escape_debug()
+                    .to_string(),
+                code: format!("U+{:04X}", c as u32),
+                offset,
+            }),
+        }
+    }
+    fn json(at: &dyn Fn() -> String, v: &Json) -> Result<(), GraphError> {
+        match v {
+            Json::String(s) => text(at, s),
+            Json::Array(items) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, x)| json(&|| format!("{}[{i}]", at()), x)),
+            Json::Object(map) => map.iter().try_for_each(|(k, x)| {
+                text(&|| format!("{} (a key)", at()), k)?;
+                json(&|| format!("{}.{k}", at()), x)
+            }),
+            _ => Ok(()),
+        }
+    }
+    let opt = |at: &dyn Fn() -> String, s: &Option<String>| match s {
+        Some(s) => text(at, s),
+        None => Ok(()),
+    };
+    text(&|| "name".into(), &raw.name)?;
+    text(&|| "format".into(), &raw.format)?;
+    for (i, s) in raw.symbols.iter().enumerate() {
+        text(&|| format!("symbols[{i}].name"), &s.name)?;
+        text(&|| format!("symbols[{i}].kind"), &s.kind)?;
+    }
+    for (i, r) in raw.inputs.iter().enumerate() {
+        text(&|| format!("inputs[{i}].name"), &r.name)?;
+        text(&|| format!("inputs[{i}].dtype"), &r.dtype)?;
+        opt(&|| format!("inputs[{i}].kind"), &r.kind)?;
+        for (d, e) in r.shape.iter().enumerate() {
+            json(&|| format!("inputs[{i}].shape[{d}]"), e)?;
+        }
+        for (d, e) in r.strides.iter().flatten().enumerate() {
+            json(&|| format!("inputs[{i}].strides[{d}]"), e)?;
+        }
+    }
+    for (i, n) in raw.nodes.iter().enumerate() {
+        text(&|| format!("nodes[{i}].name"), &n.name)?;
+        text(&|| format!("nodes[{i}].op"), &n.op)?;
+        opt(&|| format!("nodes[{i}].dtype"), &n.dtype)?;
+        opt(&|| format!("nodes[{i}].symbol"), &n.symbol)?;
+        for (k, v) in &n.args {
+            text(&|| format!("nodes[{i}].args (a key)"), k)?;
+            json(&|| format!("nodes[{i}].args.{k}"), v)?;
+        }
+        for (d, e) in n.shape.iter().flatten().enumerate() {
+            json(&|| format!("nodes[{i}].shape[{d}]"), e)?;
+        }
+    }
+    for (i, o) in raw.outputs.iter().enumerate() {
+        text(&|| format!("outputs[{i}].tensor"), &o.tensor)?;
+        opt(&|| format!("outputs[{i}].mutates"), &o.mutates)?;
+    }
+    for (i, a) in raw.asserts.iter().enumerate() {
+        text(&|| format!("asserts[{i}]"), a)?;
+    }
+    Ok(())
 }
 
 /// serde_json appends " at line L column C"; the error carries them separately.
