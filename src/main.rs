@@ -12,7 +12,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            let _ = std::io::stdout().write_all(e.output.as_bytes());
+            eprintln!("error: {}", e.message);
             ExitCode::FAILURE
         }
     }

@@ -68,9 +68,31 @@ pub enum Command {
 
 pub use sym::SymCommand;
 
+/// A command that failed: what it printed before failing (to stdout), and why (to stderr).
+#[derive(Debug)]
+pub struct CliError {
+    pub output: String,
+    pub message: String,
+}
+
+impl From<String> for CliError {
+    fn from(message: String) -> CliError {
+        CliError {
+            output: String::new(),
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Runs a parsed command line; the output to print, or the error.
-pub fn run(cli: Cli) -> Result<String, String> {
-    match cli.command {
+pub fn run(cli: Cli) -> Result<String, CliError> {
+    Ok(match cli.command {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),
         Command::Lower { graph, emit } => lower::run(&graph, &emit),
@@ -81,7 +103,7 @@ pub fn run(cli: Cli) -> Result<String, String> {
             arch,
             codegen,
         } => compile::run(&graph, &emit, out_dir.as_ref(), &arch, &codegen),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => return run::run(args),
         Command::Bench(args) => bench::run(args),
-    }
+    }?)
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+#[cfg(test)]
+use guardless_ir::graph::DType;
 use guardless_ir::graph::{Graph, Producer};
 use guardless_ir::loop_ir::Program;
 use guardless_ir::reference;
@@ -33,9 +35,20 @@ pub struct RunArgs {
     /// without compiling anything.
     #[arg(long, value_name = "DIR")]
     artifact: Option<PathBuf>,
-    /// Also run the reference executor and print each output's largest difference from it.
+    /// Also run the reference executor and compare: each output element within `atol +
+    /// rtol·|reference|` (torch.testing.assert_close's tolerances for its dtype unless given),
+    /// NaN and infinities where the reference has them; a float output beyond that must be no
+    /// less accurate than the reference against the graph evaluated without rounding. Exits
+    /// non-zero, naming the output, the element and how far, when one is not.
     #[arg(long)]
     check: bool,
+    /// The relative tolerance of `--check` (default: by the output's dtype). Given tolerances
+    /// are applied as they are (no second look at rounding).
+    #[arg(long, requires = "check")]
+    rtol: Option<f64>,
+    /// The absolute tolerance of `--check` (default: by the output's dtype).
+    #[arg(long, requires = "check")]
+    atol: Option<f64>,
     /// Input tensors, by graph input name (safetensors).
     #[arg(long, conflicts_with = "random")]
     inputs: Option<PathBuf>,
@@ -54,7 +67,7 @@ pub struct RunArgs {
     save_outputs: Option<PathBuf>,
 }
 
-pub fn run(a: RunArgs) -> Result<String, String> {
+pub fn run(a: RunArgs) -> Result<String, super::CliError> {
     let device = match (a.device.as_str(), &a.artifact) {
         ("cuda", _) | ("auto", Some(_)) => "cuda",
         ("auto", None) if cuda::available() => "cuda",
@@ -64,12 +77,11 @@ pub fn run(a: RunArgs) -> Result<String, String> {
             return Err(format!(
                 "--artifact holds GPU kernels: --device {} cannot run it",
                 a.device
-            ))
+            )
+            .into())
         }
         (d, _) => {
-            return Err(format!(
-                "--device {d}: expected cpu, cuda, auto or reference"
-            ))
+            return Err(format!("--device {d}: expected cpu, cuda, auto or reference").into())
         }
     };
     let graph_path = match (&a.graph, &a.artifact) {
@@ -85,14 +97,18 @@ pub fn run(a: RunArgs) -> Result<String, String> {
         .env
         .check_bindings(&given)
         .map_err(|e| ctx(format!("--bind: {e}")))?;
+    let mut out = String::new();
     let inputs = match (&a.inputs, a.random) {
-        (Some(path), _) => read_inputs(&graph, path)?,
+        (Some(path), _) => read_inputs(&graph, path, &mut out)?,
         (None, true) => random_inputs(&graph, &given, a.seed)?,
-        (None, false) => return Err("give --inputs FILE.safetensors or --random".into()),
+        (None, false) => {
+            return Err("give --inputs FILE.safetensors or --random"
+                .to_string()
+                .into())
+        }
     };
     let bindings =
         reference::bind_inputs(&graph, &inputs, &given).map_err(|e| ctx(e.to_string()))?;
-    let mut out = String::new();
     let (outputs, elapsed, ran_on) = if device == "cpu" {
         let start = Instant::now();
         let program = guardless_ir::lower::lower(&graph).map_err(|e| ctx(e.to_string()))?;
@@ -156,17 +172,23 @@ pub fn run(a: RunArgs) -> Result<String, String> {
     } else {
         None
     };
+    let mut checker = Checker {
+        graph: &graph,
+        inputs: &inputs,
+        bindings: &bindings,
+        rtol: a.rtol,
+        atol: a.atol,
+        unrounded: None,
+        failed: Vec::new(),
+    };
     for (k, (name, t)) in names.iter().zip(&outputs).enumerate() {
         let _ = write!(out, "{name}: {}", summary(t));
         if let Some(i) = graph.outputs[k].mutates {
             let _ = write!(out, " (written back into input '{}')", graph.inputs[i].name);
         }
         if let Some(w) = &want {
-            let _ = write!(
-                out,
-                "; max |difference| from the reference {:e}",
-                max_difference(t, &w[k])
-            );
+            let verdict = checker.check(k, name, t, &w[k]).map_err(ctx)?;
+            let _ = write!(out, "; {verdict}");
         }
         let _ = writeln!(out);
     }
@@ -180,7 +202,125 @@ pub fn run(a: RunArgs) -> Result<String, String> {
         tensor_io::write(path, &named)?;
         let _ = writeln!(out, "saved {} outputs to {}", named.len(), path.display());
     }
+    if !checker.failed.is_empty() {
+        return Err(super::CliError {
+            output: out,
+            message: format!(
+                "--check: {} differ from the reference beyond tolerance:\n  {}",
+                if checker.failed.len() == 1 {
+                    "1 output".to_string()
+                } else {
+                    format!("{} outputs", checker.failed.len())
+                },
+                checker.failed.join("\n  ")
+            ),
+        });
+    }
     Ok(out)
+}
+
+/// `--check`: each output against the reference's, and where rounding alone could explain a
+/// difference, both against the graph evaluated without rounding (computed once, when needed).
+struct Checker<'a> {
+    graph: &'a Graph,
+    inputs: &'a [HostTensor],
+    bindings: &'a Bindings,
+    rtol: Option<f64>,
+    atol: Option<f64>,
+    unrounded: Option<Vec<HostTensor>>,
+    /// What failed, one line each.
+    failed: Vec<String>,
+}
+
+impl Checker<'_> {
+    /// The verdict on output `k` (printed after its summary); a failure is also kept.
+    fn check(
+        &mut self,
+        k: usize,
+        name: &str,
+        got: &HostTensor,
+        want: &HostTensor,
+    ) -> Result<String, String> {
+        use guardless_ir::reference::compare::{compare, no_less_accurate, tolerance};
+        let (r0, a0) = tolerance(want.dtype);
+        let (rtol, atol) = (self.rtol.unwrap_or(r0), self.atol.unwrap_or(a0));
+        let c = compare(got, want, rtol, atol);
+        let shape = |t: &HostTensor| {
+            let s: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+            format!("[{}]", s.join(", "))
+        };
+        let at = |i: usize| {
+            let mut idx = vec![0usize; want.shape.len()];
+            let mut rest = i;
+            for d in (0..want.shape.len()).rev() {
+                idx[d] = rest % want.shape[d].max(1);
+                rest /= want.shape[d].max(1);
+            }
+            let s: Vec<String> = idx.iter().map(usize::to_string).collect();
+            format!("[{}]", s.join(", "))
+        };
+        let tol = format!("rtol {rtol:e}, atol {atol:e}");
+        if c.shape_mismatch {
+            let m = format!(
+                "{name}: shape {} where the reference has {}",
+                shape(got),
+                shape(want)
+            );
+            self.failed.push(m.clone());
+            return Ok(format!("FAILED: {m}"));
+        }
+        if c.passed() {
+            return Ok(format!(
+                "matches the reference ({tol}; max |difference| {:e})",
+                c.max_difference
+            ));
+        }
+        let share = format!("{} of {} elements", c.failing, c.elements);
+        if let Some(w) = &c.nonfinite_mismatch {
+            let m = format!(
+                "{name}{}: {} where the reference has {} ({share} out of tolerance)",
+                at(w.index),
+                w.got,
+                w.want
+            );
+            self.failed.push(m.clone());
+            return Ok(format!("FAILED: {m}"));
+        }
+        let w = c.worst.clone().expect("a failing element");
+        let beyond = format!(
+            "{name}{}: {} where the reference has {}, |difference| {:e} > {:e} allowed ({tol}); {share} out of tolerance",
+            at(w.index),
+            w.got,
+            w.want,
+            (w.got - w.want).abs(),
+            w.allowed
+        );
+        // Integers are exact; tolerances the user gave are taken as they are.
+        if !want.dtype.is_float() || self.rtol.is_some() || self.atol.is_some() {
+            self.failed.push(beyond.clone());
+            return Ok(format!("FAILED: {beyond}"));
+        }
+        if self.unrounded.is_none() {
+            self.unrounded = Some(
+                reference::run_unrounded(self.graph, self.inputs, self.bindings)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let ideal = &self.unrounded.as_ref().expect("computed")[k];
+        let (ok, [g_rms, w_rms, g_max, w_max]) = no_less_accurate(got, want, ideal, atol);
+        let errors = format!(
+            "error against the graph without rounding: rms {g_rms:.3e}, max {g_max:.3e}; the reference's rms {w_rms:.3e}, max {w_max:.3e}"
+        );
+        if ok {
+            Ok(format!(
+                "within rounding of the reference: {share} beyond {tol}, but no less accurate ({errors})"
+            ))
+        } else {
+            let m = format!("{beyond}; less accurate than the reference ({errors})");
+            self.failed.push(m.clone());
+            Ok(format!("FAILED: {m}"))
+        }
+    }
 }
 
 /// The specialization of `specs` for the call's `bindings`: a backed compile whose guard they
@@ -220,14 +360,23 @@ pub(super) fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, 
             .trim()
             .parse::<i64>()
             .map_err(|_| format!("--bind {item}: '{}' is not an integer", v.trim()))?;
+        if b.get(id).is_some() {
+            return Err(format!("--bind: '{}' is given twice", name.trim()));
+        }
         b.set(id, v);
     }
     Ok(b)
 }
 
-fn read_inputs(graph: &Graph, path: &Path) -> Result<Vec<HostTensor>, String> {
+/// The graph's inputs from a safetensors file, by name; tensors the graph does not take are
+/// named in `warnings` (a misspelt input would otherwise go unnoticed).
+fn read_inputs(
+    graph: &Graph,
+    path: &Path,
+    warnings: &mut String,
+) -> Result<Vec<HostTensor>, String> {
     let mut all = tensor_io::read(path)?;
-    graph
+    let inputs = graph
         .inputs
         .iter()
         .map(|inp| {
@@ -239,7 +388,23 @@ fn read_inputs(graph: &Graph, path: &Path) -> Result<Vec<HostTensor>, String> {
                 )
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut extra: Vec<String> = all
+        .into_keys()
+        .map(|k| format!("'{}'", k.escape_debug()))
+        .collect();
+    if !extra.is_empty() {
+        extra.sort();
+        let _ = writeln!(
+            warnings,
+            "warning: {}: {} tensor{} the graph does not take, ignored: {}",
+            path.display(),
+            extra.len(),
+            if extra.len() == 1 { "" } else { "s" },
+            extra.join(", ")
+        );
+    }
+    Ok(inputs)
 }
 
 const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
@@ -343,7 +508,11 @@ fn summary(t: &HostTensor) -> String {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
             (a.min(v), b.max(v))
         });
-    let mean = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
+    if finite.is_empty() {
+        let nan = vals.iter().filter(|v| v.is_nan()).count();
+        return format!("{head} no finite element ({nan} NaN, {} infinite)", n - nan);
+    }
+    let mean = finite.iter().sum::<f64>() / finite.len() as f64;
     let mut s = format!("{head} min {lo:.6} max {hi:.6} mean {mean:.6}");
     if nonfinite > 0 {
         let _ = write!(s, " ({nonfinite} non-finite)");
@@ -351,19 +520,92 @@ fn summary(t: &HostTensor) -> String {
     s
 }
 
-/// The largest absolute difference between two tensors of one shape (NaN where only one is NaN).
-fn max_difference(a: &HostTensor, b: &HostTensor) -> f64 {
-    if a.shape != b.shape {
-        return f64::NAN;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--check`'s verdicts: a result within tolerance passes; one off by a rounding step per
+    /// element passes as no less accurate; a wrong element, a NaN the reference lacks, a wrong
+    /// integer or a wrong shape fail, naming the output and the element.
+    #[test]
+    fn check_passes_rounding_and_fails_wrong_values() {
+        let text = r#"{"format": "guardless-graph", "version": 1, "name": "t",
+          "inputs": [{"name": "x", "dtype": "bf16", "shape": [4, 64]}],
+          "nodes": [{"name": "s", "op": "aten._softmax.default", "args": {"self": {"tensor": "x"}, "dim": 1, "half_to_float": false}},
+                    {"name": "a", "op": "aten.argmax.default", "args": {"self": {"tensor": "x"}, "dim": 1}}],
+          "outputs": [{"tensor": "s"}, {"tensor": "a"}]}"#;
+        let graph = Graph::from_json(text).unwrap();
+        let b = Bindings::new();
+        let inputs = random_inputs(&graph, &b, 3).unwrap();
+        let want = reference::run(&graph, &inputs, &b).unwrap();
+        let mut checker = Checker {
+            graph: &graph,
+            inputs: &inputs,
+            bindings: &b,
+            rtol: None,
+            atol: None,
+            unrounded: None,
+            failed: Vec::new(),
+        };
+        let v = checker.check(0, "s", &want[0], &want[0]).unwrap();
+        assert!(v.starts_with("matches"), "{v}");
+        let with = |t: &HostTensor, i: usize, f: &dyn Fn(f64) -> f64| {
+            let mut vals: Vec<f64> = (0..t.numel()).map(|k| t.get_f64(k)).collect();
+            vals[i] = f(vals[i]);
+            if t.dtype.is_float() {
+                HostTensor::from_f64(t.dtype, &t.shape, &vals)
+            } else {
+                let ints: Vec<i64> = vals.iter().map(|&v| v as i64).collect();
+                HostTensor::from_i64(t.dtype, &t.shape, &ints)
+            }
+        };
+        // One element several times what it should be.
+        let wrong = with(&want[0], 70, &|v| v * 4.0 + 0.1);
+        let v = checker.check(0, "s", &wrong, &want[0]).unwrap();
+        assert!(v.starts_with("FAILED: s[1, 6]"), "{v}");
+        let v = checker
+            .check(0, "s", &with(&want[0], 5, &|_| f64::NAN), &want[0])
+            .unwrap();
+        assert!(v.starts_with("FAILED: s[0, 5]: NaN"), "{v}");
+        let v = checker
+            .check(1, "a", &with(&want[1], 2, &|v| v + 1.0), &want[1])
+            .unwrap();
+        assert!(v.starts_with("FAILED: a[2]"), "{v}");
+        let short = HostTensor::from_i64(want[1].dtype, &[3], &[0; 3]);
+        let v = checker.check(1, "a", &short, &want[1]).unwrap();
+        assert!(v.contains("shape [3]"), "{v}");
+        assert_eq!(checker.failed.len(), 4);
+        // The graph computed in f32 and rounded once per output: a step of rounding from the
+        // reference in places, and no less accurate.
+        let f32_graph = Graph::from_json(&text.replace("bf16", "f32")).unwrap();
+        let f32_inputs: Vec<HostTensor> = inputs
+            .iter()
+            .map(|t| {
+                let v: Vec<f64> = (0..t.numel()).map(|k| t.get_f64(k)).collect();
+                HostTensor::from_f64(DType::F32, &t.shape, &v)
+            })
+            .collect();
+        let wide = reference::run(&f32_graph, &f32_inputs, &b).unwrap();
+        let narrowed: Vec<f64> = (0..wide[0].numel())
+            .map(|k| wide[0].get_f64(k) * (1.0 + 1e-2 * ((k % 3) as f64 - 1.0)))
+            .collect();
+        let near = HostTensor::from_f64(want[0].dtype, &want[0].shape, &narrowed);
+        let mut checker = Checker {
+            failed: Vec::new(),
+            ..checker
+        };
+        let v = checker.check(0, "s", &near, &want[0]).unwrap();
+        assert!(!v.starts_with("FAILED"), "{v}");
+        // Tolerances given are taken as they are.
+        let mut strict = Checker {
+            rtol: Some(0.0),
+            atol: Some(0.0),
+            failed: Vec::new(),
+            unrounded: None,
+            ..checker
+        };
+        let off = with(&want[0], 0, &|v| v * (1.0 + 2f64.powi(-7)));
+        let v = strict.check(0, "s", &off, &want[0]).unwrap();
+        assert!(v.starts_with("FAILED: s[0, 0]"), "{v}");
     }
-    (0..a.numel()).fold(0.0, |m: f64, i| {
-        let (x, y) = (a.get_f64(i), b.get_f64(i));
-        if x.is_nan() && y.is_nan() {
-            m
-        } else if x.is_nan() || y.is_nan() {
-            f64::NAN
-        } else {
-            m.max((x - y).abs())
-        }
-    })
 }

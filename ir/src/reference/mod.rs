@@ -4,6 +4,7 @@
 //! computed in f32 and rounded at every op's output, as ATen does.
 
 mod bind;
+pub mod compare;
 mod ops;
 
 use thiserror::Error;
@@ -30,6 +31,17 @@ pub enum RefError {
     Output { index: usize, message: String },
     #[error("{0}")]
     Symbols(String),
+}
+
+/// Runs `graph` on `inputs` with no rounding: every float kept as an f64 whatever its dtype (see
+/// [`crate::tensor::unrounded`]). How close the rounded run comes to it is the error rounding
+/// alone makes, which a backend's error is measured against.
+pub fn run_unrounded(
+    graph: &Graph,
+    inputs: &[HostTensor],
+    bindings: &Bindings,
+) -> Result<Vec<HostTensor>, RefError> {
+    crate::tensor::unrounded(|| run(graph, inputs, bindings))
 }
 
 /// Runs `graph` on `inputs`; `bindings` holds every symbol's value (see [`bind_inputs`]).
