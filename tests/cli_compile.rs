@@ -152,3 +152,36 @@ fn llvm_ptx_is_a_second_ptx_path() {
         "{err}"
     );
 }
+
+/// `GUARDLESS_CACHE_DIR=''` turns the disk cache off: compiling PTX writes nothing into the
+/// working directory (it once wrote entries there).
+#[test]
+fn an_empty_cache_dir_disables_the_cache() {
+    if std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_none() {
+        println!("skipped: no CUDA toolchain (ci/setup's .tools/env)");
+        return;
+    }
+    let cwd = std::env::temp_dir().join(format!("guardless-cache-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&cwd).unwrap();
+    let path = format!(
+        "{}/examples/graphs/softmax.unbacked.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", &path, "--emit", "ptx"])
+        .current_dir(&cwd)
+        .env("GUARDLESS_CACHE_DIR", "")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(&cwd).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "written into the working directory: {left:?}"
+    );
+    std::fs::remove_dir_all(&cwd).ok();
+}

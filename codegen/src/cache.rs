@@ -1,7 +1,10 @@
 //! The persistent kernel cache: NVRTC results keyed by a SHA-256 of the source, the options, the
 //! NVRTC version and the architecture. An entry is written to a temporary file and renamed into
-//! place, so concurrent processes never read a partial entry; each entry carries a checksum of its
-//! contents, and a corrupt one is recompiled (and replaced), never trusted.
+//! place, so concurrent processes never read a partial entry. An entry holds its own key and a
+//! checksum of key and contents, and its PTX must define every kernel the source declares: an
+//! entry copied over another's file, a corrupt or truncated one, is recompiled (and replaced),
+//! never trusted. Entries are read only from regular files (no symbolic links, devices or pipes)
+//! of at most `MAX_ENTRY_BYTES`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,23 +13,27 @@ use sha2::{Digest, Sha256};
 
 use crate::nvrtc::{self, Compiled, NvrtcError};
 
-const MAGIC: &[u8; 8] = b"GLCACHE1";
+const MAGIC: &[u8; 8] = b"GLCACHE2";
 
+/// The largest entry read (a CUBIN of a whole model is a few MB).
+pub const MAX_ENTRY_BYTES: u64 = 512 << 20;
+
+/// The disk cache, in a directory; or none (every compile runs NVRTC).
 pub struct Cache {
-    dir: PathBuf,
+    dir: Option<PathBuf>,
 }
 
-/// Where the cache lives: `$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else
-/// `~/.cache/guardless`.
-pub fn default_dir() -> PathBuf {
+/// Where the cache lives: `$GUARDLESS_CACHE_DIR` (set but empty: no disk cache), else
+/// `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`; none when none of them is set.
+pub fn default_dir() -> Option<PathBuf> {
+    let set = |v: &str| std::env::var_os(v).filter(|d| !d.is_empty());
     if let Some(d) = std::env::var_os("GUARDLESS_CACHE_DIR") {
-        return PathBuf::from(d);
+        return (!d.is_empty()).then(|| PathBuf::from(d));
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("guardless");
+    if let Some(d) = set("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("guardless"));
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("guardless")
+    set("HOME").map(|h| PathBuf::from(h).join(".cache").join("guardless"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -49,9 +56,16 @@ pub fn key(source: &str, options: &[String], nvrtc_version: (i32, i32), arch: &s
     hex(&h.finalize())
 }
 
-fn encode(c: &Compiled) -> Vec<u8> {
+/// An entry: the magic, a SHA-256 of what follows, the key, then the CUBIN, PTX and log (each
+/// length-prefixed).
+fn encode(key: &str, c: &Compiled) -> Vec<u8> {
     let mut payload = Vec::new();
-    for part in [&c.cubin[..], c.ptx.as_bytes(), c.log.as_bytes()] {
+    for part in [
+        key.as_bytes(),
+        &c.cubin[..],
+        c.ptx.as_bytes(),
+        c.log.as_bytes(),
+    ] {
         payload.extend((part.len() as u64).to_le_bytes());
         payload.extend(part);
     }
@@ -61,7 +75,8 @@ fn encode(c: &Compiled) -> Vec<u8> {
     out
 }
 
-fn decode(bytes: &[u8]) -> Option<Compiled> {
+/// The entry in `bytes` if it is intact and is the entry of `key`.
+fn decode(key: &str, bytes: &[u8]) -> Option<Compiled> {
     let rest = bytes.strip_prefix(MAGIC)?;
     if rest.len() < 32 {
         return None;
@@ -72,12 +87,15 @@ fn decode(bytes: &[u8]) -> Option<Compiled> {
     }
     let mut parts = Vec::new();
     let mut at = payload;
-    for _ in 0..3 {
+    for _ in 0..4 {
         let (len, tail) = at.split_at_checked(8)?;
         let len = u64::from_le_bytes(len.try_into().ok()?) as usize;
         let (part, tail) = tail.split_at_checked(len)?;
         parts.push(part.to_vec());
         at = tail;
+    }
+    if !at.is_empty() || parts[0] != key.as_bytes() {
+        return None;
     }
     let log = String::from_utf8(parts.pop()?).ok()?;
     let ptx = String::from_utf8(parts.pop()?).ok()?;
@@ -90,40 +108,70 @@ fn decode(bytes: &[u8]) -> Option<Compiled> {
     })
 }
 
+/// The names of the kernels (`extern "C" __global__` functions) `source` defines.
+pub fn kernel_names(source: &str) -> Vec<&str> {
+    source
+        .lines()
+        .filter_map(|l| l.strip_prefix("extern \"C\" __global__ void "))
+        .filter_map(|l| {
+            // After `__launch_bounds__(…)`, if any: the name, then its parameters.
+            let l = match l.strip_prefix("__launch_bounds__(") {
+                Some(rest) => rest[rest.find(')')? + 1..].trim_start(),
+                None => l,
+            };
+            Some(&l[..l.find('(')?])
+        })
+        .collect()
+}
+
+/// Whether `ptx` defines an entry point for each of `names`.
+fn defines_all(ptx: &str, names: &[&str]) -> bool {
+    names.iter().all(|n| ptx.contains(&format!(".entry {n}(")))
+}
+
 impl Cache {
     pub fn new(dir: impl Into<PathBuf>) -> Cache {
-        Cache { dir: dir.into() }
+        Cache {
+            dir: Some(dir.into()),
+        }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The cache where [`default_dir`] says (none when it says none).
+    pub fn from_env() -> Cache {
+        Cache { dir: default_dir() }
     }
 
-    fn path(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{key}.nvrtc"))
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
-    /// The entry for `key`, if present and intact.
+    fn path(&self, key: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(format!("{key}.nvrtc")))
+    }
+
+    /// The entry for `key`, if present, intact and its own.
     pub fn get(&self, key: &str) -> Option<Compiled> {
-        let bytes = std::fs::read(self.path(key)).ok()?;
-        decode(&bytes)
+        decode(key, &read_entry(&self.path(key)?)?)
     }
 
-    /// Stores an entry atomically (temporary file, then rename).
+    /// Stores an entry atomically (temporary file, then rename). No cache: nothing is written.
     pub fn put(&self, key: &str, c: &Compiled) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
+        let (Some(dir), Some(path)) = (&self.dir, self.path(key)) else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(dir)?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let tmp = self.dir.join(format!(
+        let tmp = dir.join(format!(
             ".{key}.{}.{:?}.{nanos}.tmp",
             std::process::id(),
             std::thread::current().id()
         ));
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&encode(c))?;
+        f.write_all(&encode(key, c))?;
         f.sync_all()?;
-        std::fs::rename(&tmp, self.path(key))
+        std::fs::rename(&tmp, path)
     }
 
     /// Compiles translation units in parallel (one thread each), through the cache.
@@ -151,13 +199,34 @@ impl Cache {
         let options = nvrtc::options(arch, &include);
         let k = key(source, &options, nvrtc::version()?, arch);
         if let Some(c) = self.get(&k) {
-            return Ok((c, true));
+            if defines_all(&c.ptx, &kernel_names(source)) {
+                return Ok((c, true));
+            }
         }
         let c = nvrtc::compile(source, "kernels.cu", &options)?;
         // A cache that cannot be written only costs the next compile.
         let _ = self.put(&k, &c);
         Ok((c, false))
     }
+}
+
+/// The bytes of the entry at `path`: a regular file (not followed through a symbolic link) of at
+/// most `MAX_ENTRY_BYTES`, else nothing.
+fn read_entry(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_ENTRY_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= MAX_ENTRY_BYTES).then_some(bytes)
 }
 
 #[cfg(test)]
@@ -175,17 +244,39 @@ mod tests {
 
     #[test]
     fn entries_round_trip_and_corruption_is_detected() {
-        let bytes = encode(&sample());
-        let back = decode(&bytes).unwrap();
+        let k = "ab".repeat(32);
+        let bytes = encode(&k, &sample());
+        let back = decode(&k, &bytes).unwrap();
         assert_eq!(back.cubin, sample().cubin);
         assert_eq!(back.ptx, sample().ptx);
         assert_eq!(back.kernels[0].registers, 10);
-        for at in [0, 9, 40, bytes.len() - 1] {
+        for at in [0, 9, 40, 60, bytes.len() - 1] {
             let mut bad = bytes.clone();
             bad[at] ^= 1;
-            assert!(decode(&bad).is_none(), "flipped byte {at} went unnoticed");
+            assert!(
+                decode(&k, &bad).is_none(),
+                "flipped byte {at} went unnoticed"
+            );
         }
-        assert!(decode(&bytes[..bytes.len() - 1]).is_none());
+        assert!(decode(&k, &bytes[..bytes.len() - 1]).is_none());
+        // Another key's entry (copied over this one's file) is not this key's.
+        assert!(decode(&"cd".repeat(32), &bytes).is_none());
+    }
+
+    #[test]
+    fn kernel_names_are_read_from_the_source() {
+        let src = "extern \"C\" __global__ void __launch_bounds__(128) red_0_v1(float* p) {\n}\n\
+                   __device__ float helper(float x) { return x; }\n\
+                   extern \"C\" __global__ void scatter_x_write(const float* __restrict__ p) {}\n";
+        assert_eq!(kernel_names(src), vec!["red_0_v1", "scatter_x_write"]);
+        assert!(defines_all(
+            ".visible .entry red_0_v1(\n.visible .entry scatter_x_write(",
+            &kernel_names(src)
+        ));
+        assert!(!defines_all(
+            ".visible .entry red_0_v1(",
+            &kernel_names(src)
+        ));
     }
 
     #[test]

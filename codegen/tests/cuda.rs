@@ -238,6 +238,63 @@ fn the_disk_cache_survives_concurrency_and_corruption() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// An entry is bound to its key: another graph's entry copied over it is recompiled, as is one
+/// whose PTX lacks a kernel the source declares; an entry that is a symbolic link (to /dev/zero:
+/// an endless read) or not a regular file is ignored. (`GUARDLESS_CACHE_DIR=''`: tests/cli_compile.rs.)
+#[test]
+fn cache_entries_are_bound_to_their_key_and_read_safely() {
+    use guardless_codegen::cache::{key, Cache};
+    let Some(include) = toolchain() else { return };
+    let dir = std::env::temp_dir().join(format!("guardless-cache-bound-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let cache = Cache::new(&dir);
+    let options = nvrtc::options("sm_90", &include);
+    let entry = |source: &str| {
+        let k = key(source, &options, nvrtc::version().unwrap(), "sm_90");
+        dir.join(format!("{k}.nvrtc"))
+    };
+    let softmax = cuda_of(&example("softmax.unbacked")).source;
+    let rms = cuda_of(&example("rms_norm.unbacked")).source;
+    let (want, _) = cache.compile(&rms, "sm_90").unwrap();
+    cache.compile(&softmax, "sm_90").unwrap();
+    // softmax's entry copied over rms_norm's file: not rms_norm's.
+    std::fs::copy(entry(&softmax), entry(&rms)).unwrap();
+    let (c, hit) = cache.compile(&rms, "sm_90").unwrap();
+    assert!(
+        !hit && c.cubin == want.cubin,
+        "another key's entry was trusted"
+    );
+    // A symbolic link to /dev/zero, and a directory, where an entry should be.
+    std::fs::remove_file(entry(&rms)).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", entry(&rms)).unwrap();
+    let (c, hit) = cache.compile(&rms, "sm_90").unwrap();
+    assert!(!hit && c.cubin == want.cubin);
+    std::fs::remove_file(entry(&rms)).ok();
+    std::fs::create_dir_all(entry(&rms)).unwrap();
+    assert!(cache
+        .get(&entry(&rms).file_stem().unwrap().to_string_lossy())
+        .is_none());
+    std::fs::remove_dir_all(entry(&rms)).unwrap();
+    // The same source with one more kernel declared than its cached PTX defines: recompiled.
+    let (c, _) = cache.compile(&rms, "sm_90").unwrap();
+    let k = key(&rms, &options, nvrtc::version().unwrap(), "sm_90");
+    let mut short = c.clone();
+    short.ptx = short
+        .ptx
+        .lines()
+        .filter(|l| !l.contains(".entry"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    cache.put(&k, &short).unwrap();
+    assert!(cache.get(&k).is_some(), "stored as given");
+    let (c, hit) = cache.compile(&rms, "sm_90").unwrap();
+    assert!(
+        !hit && c.ptx.contains(".entry"),
+        "an entry without the kernels was trusted"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Every function of `m` compiles with NVRTC (`options`) and has a ptxas report without spills.
 fn compiles_without_spills(
     what: &str,

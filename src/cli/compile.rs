@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use guardless_codegen::cache::{self, Cache};
+use guardless_codegen::cache::Cache;
 use guardless_codegen::cuda::generate;
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
@@ -82,7 +82,7 @@ pub fn run(
             // Through the disk cache: an unchanged graph compiles once per machine.
             // Translation units compile in parallel; unit i is kernels.i.{ptx,cubin} when there
             // are several.
-            let cache = Cache::new(cache::default_dir());
+            let cache = Cache::from_env();
             let compiled = cache
                 .compile_units(&module.units, arch)
                 .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use guardless_codegen::cache::{self, Cache};
+use guardless_codegen::cache::Cache;
 use guardless_ir::loop_ir::Program;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
@@ -69,7 +69,7 @@ impl CudaProgram {
     pub fn compile(program: Program) -> Result<CudaProgram, CudaError> {
         let (ctx, arch) = context()?;
         let exe = Executable::new(program)?;
-        let cache = Cache::new(cache::default_dir());
+        let cache = Cache::from_env();
         let units = cache
             .compile_units(&exe.module.units, &arch)
             .map_err(|e| CudaError::Nvrtc(e.to_string()))?;
