@@ -158,7 +158,11 @@ fn llvm_ptx_is_a_second_ptx_path() {
 #[test]
 fn an_empty_cache_dir_disables_the_cache() {
     if std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_none() {
-        println!("skipped: no CUDA toolchain (ci/setup's .tools/env)");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\ntest-skipped: an_empty_cache_dir_disables_the_cache: no CUDA toolchain (ci/setup's .tools/env)"
+        );
         return;
     }
     let cwd = std::env::temp_dir().join(format!("guardless-cache-cwd-{}", std::process::id()));

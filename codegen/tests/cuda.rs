@@ -32,7 +32,8 @@ fn toolchain() -> Option<std::path::PathBuf> {
                 !required,
                 "the CUDA toolchain of .tools/env is unusable: {e}"
             );
-            println!("skipped: {e}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\ntest-skipped: NVRTC: {e}");
             None
         }
     }

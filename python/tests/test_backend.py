@@ -233,6 +233,9 @@ class CudaBackendTest(unittest.TestCase):
     def setUp(self):
         reason = _gpu_reason()
         if reason:
+            # On the GPU machine (ci/gpu-check) a skip is a failure.
+            if os.environ.get("GUARDLESS_REQUIRE_GPU"):
+                self.fail(f"GUARDLESS_REQUIRE_GPU is set, but {reason}")
             self.skipTest(f"skipped: {reason}")
 
     def test_unbacked_tokens_run_on_the_gpu_at_every_size(self):

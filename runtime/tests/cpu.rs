@@ -46,7 +46,15 @@ fn check(
         if let (Err(g), Err(w)) = (&got, &want) {
             eprintln!("{what} at {symbol} = {v}: both fail: {g} / {w}");
         }
-        compared += usize::from(judge(what, got, want, &values, assert_ok));
+        let ideal = || reference::run_unrounded(graph, &inputs, &b).unwrap();
+        compared += usize::from(judge_accurate(
+            what,
+            got,
+            want,
+            &values,
+            assert_ok,
+            Some(&ideal),
+        ));
     }
     compared
 }
@@ -407,4 +415,62 @@ fn transposed_inputs_match_the_reference() {
     let g = test_graph("transposed_inputs.json");
     let compared = check("transposed inputs", &g, "u0", &SIZES, 3, false, (0, 4));
     assert_eq!(compared, SIZES.len());
+}
+
+/// The GPU tests' sampled check at sizes too large for the whole reference
+/// (`differential::reference_on_rows`), run here on the CPU backend: the examples that compute
+/// each row of `n` alone are found so, and their sampled rows match; attention (rows see each
+/// other) and routing by data-dependent counts are not taken for row-wise.
+#[test]
+fn sampled_rows_check_row_wise_examples() {
+    let dir = format!("{}/../examples/graphs", env!("CARGO_MANIFEST_DIR"));
+    let mut row_wise = Vec::new();
+    for name in [
+        "rms_norm",
+        "softmax",
+        "silu_and_mul",
+        "layer_norm",
+        "rotary_embedding",
+        "llama_mlp",
+        "fused_add_rms_norm",
+        "sampler",
+        "llama_decoder_layer",
+        "moe_routing",
+    ] {
+        let file = format!("{name}.unbacked");
+        let g = Graph::from_json(&std::fs::read_to_string(format!("{dir}/{file}.json")).unwrap())
+            .unwrap();
+        let n_id = g.env.symbol_id("n").unwrap();
+        if !rows_are_independent(&g, n_id) {
+            continue;
+        }
+        row_wise.push(name);
+        let n = if name == "sampler" { 40 } else { 300 };
+        let mut b = Bindings::new();
+        b.set(n_id, n);
+        let inputs = random_inputs(&g, &b, 11, (0, 4));
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+        let got = cpu.run(&inputs, &b, &poisoned()).unwrap();
+        let n = n as usize;
+        for a in [0, n / 2 - 4, n - 8] {
+            let want = reference_on_rows(&g, &inputs, n_id, (a, 8)).unwrap();
+            let rows: Vec<_> = got.iter().map(|t| rows_of(t, a, 8)).collect();
+            let ideal = || unrounded_on_rows(&g, &inputs, n_id, (a, 8)).unwrap();
+            assert_accurate(&format!("{file}, rows {a}.."), &rows, &want, &ideal);
+        }
+    }
+    assert_eq!(
+        row_wise,
+        [
+            "rms_norm",
+            "softmax",
+            "silu_and_mul",
+            "layer_norm",
+            "rotary_embedding",
+            "llama_mlp",
+            "fused_add_rms_norm",
+            "sampler"
+        ]
+    );
 }

@@ -284,8 +284,7 @@ pub fn compare(
     let want = guardless_ir::reference::run(g, inputs, b).unwrap_or_else(|e| panic!("{what}: {e}"));
     let (got, host_steps, _) =
         run(dev, exe, Inputs::Host(inputs), b).unwrap_or_else(|e| panic!("{what}: {e}"));
-    for (gt, w) in got.iter().zip(&want) {
-        super::differential::assert_close(what, gt, w);
-    }
+    let ideal = || guardless_ir::reference::run_unrounded(g, inputs, b).unwrap();
+    super::differential::assert_accurate(what, &got, &want, &ideal);
     (got, host_steps)
 }
