@@ -332,3 +332,41 @@ fn extra_input_tensors_warn_and_nonfinite_outputs_say_so() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--max-memory` bounds every allocation: a 4 KB output is refused under 1K on every device, with
+/// an error naming the node; bad values are refused by the parser.
+#[test]
+fn max_memory_bounds_allocations() {
+    let g = example("softmax.unbacked.json");
+    for device in ["cpu", "reference"] {
+        let (ok, _, err) = guardless(&[
+            "run",
+            &g,
+            "--random",
+            "--bind",
+            "n=2",
+            "--device",
+            device,
+            "--max-memory",
+            "1K",
+        ]);
+        assert!(
+            !ok && err.contains("exceed the memory limit (--max-memory), 1024 bytes"),
+            "{device}: {err}"
+        );
+        let (ok, _, err) = guardless(&[
+            "run",
+            &g,
+            "--random",
+            "--bind",
+            "n=2",
+            "--device",
+            device,
+            "--max-memory",
+            "1M",
+        ]);
+        assert!(ok, "{device}: {err}");
+    }
+    let (ok, _, err) = guardless(&["run", &g, "--random", "--max-memory", "lots"]);
+    assert!(!ok && err.contains("expected bytes"), "{err}");
+}

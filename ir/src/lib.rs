@@ -5,6 +5,7 @@
 pub mod graph;
 pub mod loop_ir;
 pub mod lower;
+pub mod memory;
 pub mod reference;
 pub mod sym;
 pub mod tensor;

@@ -793,3 +793,305 @@ fn pooling_an_empty_plane_is_refused_as_aten_does() {
         }
     }
 }
+
+/// A one-node graph over the 0-d inputs `s: f32[]`, `v: f32[]`, `i: i64[]`, `i1: i64[1]`,
+/// `i2: i64[2]`, `w: f32[5, 3]`.
+fn zero_d_graph(op: &str, args: &str) -> String {
+    format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "zero_d",
+            "inputs": [{{"name": "s", "dtype": "f32", "shape": []}}, {{"name": "v", "dtype": "f32", "shape": []}},
+                       {{"name": "i", "dtype": "i64", "shape": []}}, {{"name": "i1", "dtype": "i64", "shape": [1]}},
+                       {{"name": "i2", "dtype": "i64", "shape": [2]}}, {{"name": "w", "dtype": "f32", "shape": [5, 3]}}],
+            "nodes": [{{"name": "out", "op": "{op}", "args": {args}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#
+    )
+}
+
+/// Ops that take a dimension, on 0-d tensors, as ATen does op by op (checked against torch 2.15):
+/// dimension 0 or -1 of a 0-d tensor is one of size 1 for softmax, transpose, t, gather,
+/// index_select, scatter, scatter_add and flip; slice, select, their scatters and cat refuse a
+/// 0-d tensor; another dimension is out of range. Lowering (run by the interpreter) and the
+/// reference agree on each, and neither panics.
+#[test]
+fn zero_d_tensors_follow_aten_op_by_op() {
+    let s = r#"{"tensor": "s"}"#;
+    // (op, args, the result's shape and value from s = 1.5, v = 2.5, i = 0; or the error).
+    let ok: &[(&str, String, &[usize], f64)] = &[
+        (
+            "aten._softmax.default",
+            format!(r#"{{"self": {s}, "dim": 0, "half_to_float": false}}"#),
+            &[],
+            1.0,
+        ),
+        (
+            "aten._softmax.default",
+            format!(r#"{{"self": {s}, "dim": -1, "half_to_float": false}}"#),
+            &[],
+            1.0,
+        ),
+        (
+            "aten._log_softmax.default",
+            format!(r#"{{"self": {s}, "dim": 0, "half_to_float": false}}"#),
+            &[],
+            0.0,
+        ),
+        ("aten.t.default", format!(r#"{{"self": {s}}}"#), &[], 1.5),
+        (
+            "aten.transpose.int",
+            format!(r#"{{"self": {s}, "dim0": 0, "dim1": -1}}"#),
+            &[],
+            1.5,
+        ),
+        (
+            "aten.flip.default",
+            format!(r#"{{"self": {s}, "dims": [-1]}}"#),
+            &[],
+            1.5,
+        ),
+        (
+            "aten.gather.default",
+            format!(r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i"}}}}"#),
+            &[],
+            1.5,
+        ),
+        (
+            "aten.gather.default",
+            format!(r#"{{"self": {s}, "dim": -1, "index": {{"tensor": "i1"}}}}"#),
+            &[1],
+            1.5,
+        ),
+        (
+            "aten.index_select.default",
+            format!(r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i"}}}}"#),
+            &[],
+            1.5,
+        ),
+        (
+            "aten.index_select.default",
+            format!(r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i1"}}}}"#),
+            &[],
+            1.5,
+        ),
+        (
+            "aten.scatter.value",
+            format!(r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i"}}, "value": 1.0}}"#),
+            &[],
+            1.0,
+        ),
+        (
+            "aten.scatter.src",
+            format!(
+                r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i"}}, "src": {{"tensor": "v"}}}}"#
+            ),
+            &[],
+            2.5,
+        ),
+        (
+            "aten.scatter_add.default",
+            format!(
+                r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i"}}, "src": {{"tensor": "v"}}}}"#
+            ),
+            &[],
+            4.0,
+        ),
+        (
+            "aten.embedding.default",
+            r#"{"weight": {"tensor": "w"}, "indices": {"tensor": "i"}}"#.to_string(),
+            &[3],
+            f64::NAN,
+        ),
+    ];
+    let refused: &[(&str, String, &str)] = &[
+        (
+            "aten.slice.Tensor",
+            format!(r#"{{"self": {s}, "dim": 0, "start": 0, "end": 1}}"#),
+            "slice() cannot be applied to a 0-dim tensor",
+        ),
+        (
+            "aten.slice_scatter.default",
+            format!(r#"{{"self": {s}, "src": {{"tensor": "v"}}, "dim": 0}}"#),
+            "slice() cannot be applied to a 0-dim tensor",
+        ),
+        (
+            "aten.select.int",
+            format!(r#"{{"self": {s}, "dim": 0, "index": 0}}"#),
+            "select() cannot be applied to a 0-dim tensor",
+        ),
+        (
+            "aten.select_scatter.default",
+            format!(r#"{{"self": {s}, "src": {{"tensor": "v"}}, "dim": 0, "index": 0}}"#),
+            "select() cannot be applied to a 0-dim tensor",
+        ),
+        (
+            "aten.cat.default",
+            format!(r#"{{"tensors": [{s}, {s}], "dim": 0}}"#),
+            "zero-dimensional tensor (at position 0) cannot be concatenated",
+        ),
+        (
+            "aten._softmax.default",
+            format!(r#"{{"self": {s}, "dim": 1, "half_to_float": false}}"#),
+            "out of range",
+        ),
+        (
+            "aten.transpose.int",
+            format!(r#"{{"self": {s}, "dim0": 0, "dim1": 1}}"#),
+            "out of range",
+        ),
+        (
+            "aten.flip.default",
+            format!(r#"{{"self": {s}, "dims": [1]}}"#),
+            "out of range",
+        ),
+        (
+            "aten.gather.default",
+            format!(r#"{{"self": {s}, "dim": 1, "index": {{"tensor": "i"}}}}"#),
+            "out of range",
+        ),
+    ];
+    let inputs = vec![
+        HostTensor::from_f64(DType::F32, &[], &[1.5]),
+        HostTensor::from_f64(DType::F32, &[], &[2.5]),
+        HostTensor::from_i64(DType::I64, &[], &[0]),
+        HostTensor::from_i64(DType::I64, &[1], &[0]),
+        HostTensor::from_i64(DType::I64, &[2], &[0, 0]),
+        HostTensor::from_f64(
+            DType::F32,
+            &[5, 3],
+            &(0..15).map(f64::from).collect::<Vec<_>>(),
+        ),
+    ];
+    let b = guardless_ir::sym::Bindings::new();
+    for (op, args, shape, value) in ok {
+        let what = format!("{op} {args}");
+        let g = Graph::from_json(&zero_d_graph(op, args)).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let got = lower(&g)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .run(&inputs, &b)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(want[0].shape, *shape, "{what}");
+        if !value.is_nan() {
+            assert_eq!(want[0].get_f64(0), *value, "{what}");
+        }
+        assert_close(&what, &got[0], &want[0]);
+    }
+    for (op, args, message) in refused {
+        let what = format!("{op} {args}");
+        let g = Graph::from_json(&zero_d_graph(op, args)).unwrap();
+        let r = reference::run(&g, &inputs, &b)
+            .expect_err(&what)
+            .to_string();
+        let l = lower(&g).expect_err(&what).to_string();
+        assert!(
+            r.contains(message) && l.contains(message),
+            "{what}: reference: {r}; lowering: {l}"
+        );
+    }
+    // index_select of a 0-d tensor takes one index.
+    let g = Graph::from_json(&zero_d_graph(
+        "aten.index_select.default",
+        &format!(r#"{{"self": {s}, "dim": 0, "index": {{"tensor": "i2"}}}}"#),
+    ))
+    .unwrap();
+    assert!(reference::run(&g, &inputs, &b).is_err());
+    assert!(lower(&g).map_or(true, |p| p.run(&inputs, &b).is_err()));
+}
+
+/// A negative size of a tensor a factory makes: refused at lowering when constant (ATen's
+/// message), asserted at run time when symbolic, and the reference refuses both.
+#[test]
+fn negative_factory_sizes_are_refused() {
+    for (op, args) in [
+        (
+            "aten.full.default",
+            r#"{"size": [4, -1], "fill_value": 1.0}"#,
+        ),
+        ("aten.empty.memory_format", r#"{"size": [-1]}"#),
+        (
+            "aten.empty_strided.default",
+            r#"{"size": [-3], "stride": [1]}"#,
+        ),
+    ] {
+        let g = Graph::from_json(&zero_d_graph(op, args)).unwrap();
+        let l = lower(&g).expect_err(op).to_string();
+        assert!(
+            l.contains("Trying to create tensor with negative dimension"),
+            "{op}: {l}"
+        );
+        let inputs = vec![
+            HostTensor::from_f64(DType::F32, &[], &[1.5]),
+            HostTensor::from_f64(DType::F32, &[], &[2.5]),
+            HostTensor::from_i64(DType::I64, &[], &[0]),
+            HostTensor::from_i64(DType::I64, &[1], &[0]),
+            HostTensor::from_i64(DType::I64, &[2], &[0, 0]),
+            HostTensor::zeros(DType::F32, &[5, 3]),
+        ];
+        let r = reference::run(&g, &inputs, &guardless_ir::sym::Bindings::new())
+            .expect_err(op)
+            .to_string();
+        assert!(
+            r.contains("Trying to create tensor with negative dimension"),
+            "{op}: {r}"
+        );
+    }
+    let text = r#"{"format": "guardless-graph", "version": 1, "name": "neg",
+        "symbols": [{"name": "u", "kind": "unbacked", "min": 0, "max": 100}],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["u"]}],
+        "nodes": [{"name": "out", "op": "aten.full.default", "args": {"size": ["u - 5"], "fill_value": 1.0}}],
+        "outputs": [{"tensor": "out"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    let p = lower(&g).unwrap();
+    for (u, valid) in [(3, false), (5, true), (9, true)] {
+        let x = HostTensor::zeros(DType::F32, &[u as usize]);
+        let b = reference::bind_inputs(
+            &g,
+            std::slice::from_ref(&x),
+            &guardless_ir::sym::Bindings::new(),
+        )
+        .unwrap();
+        let want = reference::run(&g, std::slice::from_ref(&x), &b);
+        let got = p.run(std::slice::from_ref(&x), &b);
+        assert_eq!(want.is_ok(), valid, "u = {u}: {want:?}");
+        assert_eq!(got.is_ok(), valid, "u = {u}: {got:?}");
+    }
+}
+
+/// A size from `.item()` with no upper bound, at 2^40 and 2^62, used as a tensor's size: an
+/// error naming the node and the size, from the reference and from the interpreter — not a
+/// `capacity overflow` panic or an aborted allocation.
+#[test]
+fn impossible_sizes_are_errors_before_allocating() {
+    let text = r#"{"format": "guardless-graph", "version": 1, "name": "item",
+        "symbols": [{"name": "u", "kind": "unbacked", "min": 0}],
+        "inputs": [{"name": "x", "dtype": "i64", "shape": []}],
+        "nodes": [{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "u"},
+                  {"name": "f", "op": "aten.full.default", "args": {"size": ["u", 2], "fill_value": 1.0}}],
+        "outputs": [{"tensor": "f"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    let p = lower(&g).unwrap();
+    for v in [1i64 << 40, 1 << 62] {
+        let x = HostTensor::from_i64(DType::I64, &[], &[v]);
+        let b = guardless_ir::sym::Bindings::new();
+        let r = reference::run(&g, std::slice::from_ref(&x), &b)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            r.contains("node 'f'") && r.contains(&format!("{}", v as u128 * 2)),
+            "{r}"
+        );
+        let l = p
+            .run(std::slice::from_ref(&x), &b)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            l.contains("(f)") && (l.contains("exceed") || l.contains("overflow")),
+            "{l}"
+        );
+    }
+    let x = HostTensor::from_i64(DType::I64, &[], &[3]);
+    let b = guardless_ir::sym::Bindings::new();
+    assert_eq!(
+        p.run(std::slice::from_ref(&x), &b).unwrap()[0].shape,
+        [3, 2]
+    );
+}

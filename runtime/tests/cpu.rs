@@ -474,3 +474,32 @@ fn sampled_rows_check_row_wise_examples() {
         ]
     );
 }
+
+/// A size from `.item()` at 2^40 or 2^62 used as a tensor's size: the CPU backend refuses it
+/// before allocating, naming the buffer and the size (it aborted the process once).
+#[test]
+fn impossible_sizes_are_errors_on_the_cpu_backend() {
+    let text = r#"{"format": "guardless-graph", "version": 1, "name": "item",
+        "symbols": [{"name": "u", "kind": "unbacked", "min": 0}],
+        "inputs": [{"name": "x", "dtype": "i64", "shape": []}],
+        "nodes": [{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "u"},
+                  {"name": "f", "op": "aten.full.default", "args": {"size": ["u", 2], "fill_value": 1.0}}],
+        "outputs": [{"tensor": "f"}]}"#;
+    let g = Graph::from_json(text).unwrap();
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    for v in [1i64 << 40, 1 << 62, 3] {
+        let x =
+            guardless_ir::tensor::HostTensor::from_i64(guardless_ir::graph::DType::I64, &[], &[v]);
+        let r = cpu.run(std::slice::from_ref(&x), &Bindings::new(), &poisoned());
+        if v == 3 {
+            assert_eq!(r.unwrap()[0].shape, [3, 2]);
+        } else {
+            let e = r.expect_err("refused").to_string();
+            assert!(
+                e.contains("(f)")
+                    && (e.contains("exceed") || e.contains("overflow") || e.contains("spanning")),
+                "{e}"
+            );
+        }
+    }
+}

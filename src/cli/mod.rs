@@ -19,6 +19,40 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The most memory any one allocation of tensor storage may take (bytes, or with a suffix K,
+    /// M, G, T: powers of 1024); one that would exceed it is an error naming the node and the
+    /// size. Default: the host's available memory (device memory: what the device holds).
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_memory: Option<u64>,
+}
+
+/// `12345`, `512M`, `8G`, `1.5T`.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => (&t[..i], t[i..].to_ascii_uppercase()),
+        None => (t, String::new()),
+    };
+    let scale: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "'{text}': expected bytes, or a number with K, M, G or T"
+            ))
+        }
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}': expected bytes, or a number with K, M, G or T"))?;
+    if v.is_nan() || v <= 0.0 || v * scale as f64 > u64::MAX as f64 {
+        return Err(format!("'{text}': a size of memory must be positive"));
+    }
+    Ok((v * scale as f64) as u64)
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,6 +126,7 @@ impl std::fmt::Display for CliError {
 
 /// Runs a parsed command line; the output to print, or the error.
 pub fn run(cli: Cli) -> Result<String, CliError> {
+    guardless_ir::memory::set_limit(cli.max_memory);
     Ok(match cli.command {
         Command::Sym(cmd) => sym::run(cmd),
         Command::Check { graph } => check::run(&graph),

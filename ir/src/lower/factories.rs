@@ -13,7 +13,7 @@ type R<T> = Result<T, NodeError>;
 
 pub(super) fn full(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     let (sizes, like) = match name {
-        "full" => (ints(n, "size")?, None),
+        "full" => (nonnegative_sizes(l, ints(n, "size")?)?, None),
         "full_like" => {
             let x = tensor(l, n, "self")?;
             (x.sizes.clone(), Some(x.dtype))
@@ -39,6 +39,24 @@ pub(super) fn full(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTensor> {
     let cd = compute_dtype(dtype);
     let loader: Loader = Rc::new(move |c: &mut Ctx, _idx: &[Expr]| scalar_value(c, value, cd));
     Ok(LTensor::lazy(dtype, sizes, loader))
+}
+
+/// A size list a factory makes a tensor of: each size provably non-negative, or asserted so at
+/// run time (ATen's message when one is a negative constant).
+pub(super) fn nonnegative_sizes(l: &mut Lowerer, sizes: Vec<Expr>) -> R<Vec<Expr>> {
+    for &s in &sizes {
+        let zero = l.env.pool_mut().zero();
+        let c = l.env.pool_mut().ge(s, zero);
+        let text: Vec<String> = sizes.iter().map(|&e| l.env.text(e)).collect();
+        l.require(c, |env| {
+            format!(
+                "Trying to create tensor with negative dimension {}: [{}]",
+                env.text(s),
+                text.join(", ")
+            )
+        })?;
+    }
+    Ok(sizes)
 }
 
 pub(super) fn arange(l: &mut Lowerer, n: &GraphNode, overload: &str) -> R<LTensor> {

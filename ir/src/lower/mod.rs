@@ -27,6 +27,7 @@ mod search;
 mod slices;
 mod strided_views;
 mod views;
+mod zero_dim;
 
 use std::rc::Rc;
 
@@ -122,6 +123,8 @@ pub(crate) struct Lowerer<'g> {
     uses: Vec<usize>,
     outputs: Vec<BufferId>,
     writes_back: Vec<WriteBack>,
+    /// While a node is lowered by its 0-d rule (`zero_dim`): its 0-d tensors viewed as `[1]`.
+    substitutes: Vec<(TensorRef, LTensor)>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -172,6 +175,7 @@ impl<'g> Lowerer<'g> {
             uses,
             outputs: Vec::new(),
             writes_back: Vec::new(),
+            substitutes: Vec::new(),
         }
     }
 
@@ -339,6 +343,9 @@ impl<'g> Lowerer<'g> {
     }
 
     pub fn tensor(&self, r: &TensorRef) -> Result<LTensor, String> {
+        if let Some((_, t)) = self.substitutes.iter().find(|(s, _)| s == r) {
+            return Ok(t.clone());
+        }
         match r.producer {
             Producer::Input(i) => Ok(self.inputs[i].clone()),
             Producer::Node(n) => {

@@ -13,6 +13,17 @@ type R<T> = Result<T, NodeError>;
 
 pub(crate) fn lower_node(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
     let op = n.op.strip_prefix("aten.").unwrap_or(&n.op);
+    let (name, _) = op.rsplit_once('.').unwrap_or((op, "default"));
+    if l.substitutes.is_empty() {
+        if let Some(r) = super::zero_dim::lower(l, n, name, &lower_node) {
+            return r;
+        }
+    }
+    lower_op(l, n)
+}
+
+fn lower_op(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
+    let op = n.op.strip_prefix("aten.").unwrap_or(&n.op);
     let (name, overload) = op.rsplit_once('.').unwrap_or((op, "default"));
     let one = |t: R<LTensor>| t.map(|t| vec![t]);
     let none = |r: R<()>| r.map(|()| Vec::new());

@@ -551,7 +551,7 @@ pub(super) fn grouped_mm(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
 /// `empty` and `empty_permuted`: uninitialized memory in ATen; zeros here, so every run is
 /// reproducible.
 pub(super) fn empty(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
-    let sizes = ints(n, "size")?;
+    let sizes = super::factories::nonnegative_sizes(l, ints(n, "size")?)?;
     if n.arg("physical_layout").is_some() {
         let mut layout = const_ints(l, n, "physical_layout")?;
         layout.sort_unstable();

@@ -74,6 +74,14 @@ pub fn run(
             },
             Some(message) => err(message),
         })?;
+        // Within the memory limit (ops that make tensors larger than their inputs check before
+        // allocating; this bounds the rest by the same limit).
+        for t in &outs {
+            crate::memory::checked_numel(&t.shape, 8, &|| {
+                format!("a result of shape {:?}", t.shape)
+            })
+            .map_err(err)?;
+        }
         // `.item()`: the value becomes its symbol's, checked against its range and the asserts.
         if let (Some(sym), Some(t)) = (node.symbol, outs.first()) {
             if t.numel() != 1 {

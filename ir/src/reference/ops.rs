@@ -401,13 +401,19 @@ fn gather_view(
     t: &HostTensor,
     shape: Vec<usize>,
     src: impl Fn(&[usize]) -> Vec<usize>,
-) -> HostTensor {
+) -> R<HostTensor> {
     let st = strides(&t.shape);
-    let n: usize = shape.iter().product();
+    let n = checked_numel(&shape)?;
     let vals = (0..n)
         .map(|i| elem(t, flat(&src(&unflatten(i, &shape)), &st)))
         .collect();
-    build(t.dtype, shape, vals)
+    Ok(build(t.dtype, shape, vals))
+}
+
+/// The element count of a result of `shape`, if it may be allocated (host tensors hold 8 bytes an
+/// element; see `crate::memory`).
+fn checked_numel(shape: &[usize]) -> R<usize> {
+    crate::memory::checked_numel(shape, 8, &|| format!("a result of shape {shape:?}")).map_err(Some)
 }
 
 fn reduce(
@@ -488,6 +494,88 @@ fn nan_min(a: E, b: E) -> E {
 }
 
 pub(super) fn run_node(
+    graph: &Graph,
+    node: &GraphNode,
+    get: &dyn Fn(&TensorRef) -> HostTensor,
+    b: &Bindings,
+) -> R<Vec<HostTensor>> {
+    let op = node.op.strip_prefix("aten.").unwrap_or(&node.op);
+    let name = op.rsplit_once('.').map_or(op, |(n, _)| n);
+    let zero_d = |arg: &str| match node.arg(arg) {
+        Some(Arg::Tensor(r)) => get(r).shape.is_empty(),
+        _ => false,
+    };
+    // A 0-d tensor where the op takes a dimension (ATen's rules, op by op): refused, or its
+    // dimension 0 / -1 taken as one of size 1 — the op on the tensor as `[1]`, the result back.
+    if let Some(Arg::Tensors(ts)) = node.arg("tensors").filter(|_| name == "cat") {
+        if let Some(i) = ts
+            .iter()
+            .position(|r| r.is_some_and(|r| get(&r).shape.is_empty()))
+        {
+            return fail(format!(
+                "zero-dimensional tensor (at position {i}) cannot be concatenated"
+            ));
+        }
+    }
+    if zero_d("self") {
+        let (promote, like): (&[&str], &str) = match name {
+            "slice" | "slice_scatter" => {
+                return fail("slice() cannot be applied to a 0-dim tensor.")
+            }
+            "select" | "select_scatter" => {
+                return fail("select() cannot be applied to a 0-dim tensor.")
+            }
+            "_softmax" | "_log_softmax" | "transpose" | "t" | "flip" => (&["self"], "self"),
+            "index_select" => (&["self", "index"], "self"),
+            "gather" => (&["self", "index"], "index"),
+            "scatter" | "scatter_add" | "scatter_reduce" => (&["self", "index", "src"], "self"),
+            _ => (&[], ""),
+        };
+        if name == "index_select" {
+            if let Some(Arg::Tensor(r)) = node.arg("index") {
+                let k = get(r).numel();
+                if k != 1 {
+                    return fail(format!(
+                        "index_select(): Index to scalar can have only 1 value, got {k} value(s)"
+                    ));
+                }
+            }
+        }
+        if !promote.is_empty() {
+            let promoted: Vec<TensorRef> = promote
+                .iter()
+                .filter_map(|a| match node.arg(a) {
+                    Some(Arg::Tensor(r)) => Some(*r),
+                    _ => None,
+                })
+                .collect();
+            let shape = match node.arg(like) {
+                Some(Arg::Tensor(r)) => get(r).shape,
+                _ => Vec::new(),
+            };
+            let as_vector = |r: &TensorRef| {
+                let mut t = get(r);
+                if t.shape.is_empty() && promoted.contains(r) {
+                    t.shape = vec![1];
+                }
+                t
+            };
+            let outs = node_outputs(graph, node, &as_vector, b)?;
+            return Ok(outs
+                .into_iter()
+                .map(|mut t| {
+                    if t.numel() == shape.iter().product::<usize>() {
+                        t.shape = shape.clone();
+                    }
+                    t
+                })
+                .collect());
+        }
+    }
+    node_outputs(graph, node, get, b)
+}
+
+fn node_outputs(
     graph: &Graph,
     node: &GraphNode,
     get: &dyn Fn(&TensorRef) -> HostTensor,

@@ -69,7 +69,13 @@ impl State<'_> {
     /// Storage for `id` before it is written: at least its extent, in its home block.
     fn allocate(&mut self, id: BufferId) -> Result<(), RunError> {
         let buf = &self.p.buffers[id.index()];
-        let bytes = self.extent(id)? * buf.dtype.size();
+        let bytes = guardless_ir::memory::checked_bytes(
+            self.extent(id)? as u128,
+            buf.dtype.size(),
+            guardless_ir::memory::Place::Host,
+            &|| "its storage".to_string(),
+        )
+        .map_err(|m| fail(buf, m))?;
         let h = self.home[id.index()];
         if self.blocks[h].is_borrowed() {
             return Err(fail(
@@ -122,7 +128,8 @@ impl State<'_> {
         let sizes = self.sizes(buf)?;
         let (off, strides) = self.strides(buf, &buf.layout)?;
         let shape: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
-        let numel: usize = shape.iter().product();
+        let numel = guardless_ir::memory::checked_numel(&shape, 8, &|| "the output".to_string())
+            .map_err(|m| fail(buf, m))?;
         let bytes = self.blocks[self.home[id.index()]].as_bytes();
         let mut idx = vec![0usize; shape.len()];
         let (mut fs, mut is) = (Vec::new(), Vec::new());

@@ -445,7 +445,13 @@ impl<'e, D: Device> Session<'e, D> {
             .map_err(|x| fail(buf, x.to_string()))?
             .extent()
             .map_err(|m| fail(buf, m))?;
-        let mut bytes = extent * buf.dtype.size();
+        let mut bytes = guardless_ir::memory::checked_bytes(
+            extent as u128,
+            buf.dtype.size(),
+            guardless_ir::memory::Place::Device,
+            &|| "its storage".to_string(),
+        )
+        .map_err(|m| fail(buf, m))?;
         let h = self.home[id.index()];
         if let Some(&slot) = self.exe.schedule.memory.slots.get(h) {
             let planned = p
@@ -780,7 +786,17 @@ pub(super) fn download_strided<D: Device>(
 ) -> Result<HostTensor, LaunchError> {
     let sizes: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
     let n = t.extent().map_err(LaunchError::Device)?;
-    let mut bytes = vec![0u8; n * t.dtype.size()];
+    // The bytes on the host, and the elements as a host tensor holds them (8 bytes each).
+    let what = || format!("an output of shape {:?} copied to the host", t.shape);
+    let bytes = guardless_ir::memory::checked_bytes(
+        n as u128,
+        t.dtype.size(),
+        guardless_ir::memory::Place::Host,
+        &what,
+    )
+    .map_err(LaunchError::Device)?;
+    guardless_ir::memory::checked_numel(&t.shape, 8, &what).map_err(LaunchError::Device)?;
+    let mut bytes = vec![0u8; bytes];
     if !bytes.is_empty() {
         dev(dev_.download(t.address, &mut bytes))?;
     }

@@ -267,7 +267,20 @@ impl Program {
         Ok(storage)
     }
 
+    /// The elements of `buf` at `b`, checked as an allocation of the interpreter's 16-byte values
+    /// (`crate::memory`).
     fn numel_of(&self, buf: &Buffer, b: &Bindings) -> Result<i64, RunError> {
+        let fail = fail_for(buf);
+        let n = self.numel_unchecked(buf, b)?;
+        crate::memory::checked_bytes(n.max(0) as u128, 16, crate::memory::Place::Host, &|| {
+            "its storage".to_string()
+        })
+        .map_err(fail)?;
+        Ok(n)
+    }
+
+    /// The elements of `buf` at `b` (no allocation follows: sampled rows).
+    fn numel_unchecked(&self, buf: &Buffer, b: &Bindings) -> Result<i64, RunError> {
         let fail = fail_for(buf);
         buf.layout.sizes.iter().try_fold(1i64, |acc, &s| {
             let s = self.env.evaluate(s, b).map_err(|e| fail(e.to_string()))?;
@@ -342,7 +355,7 @@ impl Program {
         let mut ranges = Vec::with_capacity(members.len());
         for &m in members {
             let buf = &self.buffers[m.index()];
-            let numel = self.numel_of(buf, &b)?;
+            let numel = self.numel_unchecked(buf, &b)?;
             if rows > 0 && numel % rows != 0 || rows == 0 && numel != 0 {
                 return Err(fail_for(buf)(format!(
                     "{numel} elements do not split into {rows} rows"

@@ -7,7 +7,7 @@ use crate::tensor::HostTensor;
 /// `full`, `full_like`, `scalar_tensor`.
 pub(super) fn full(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     let (shape, like): (Vec<usize>, Option<DType>) = match name {
-        "full" => (n.ints("size")?.iter().map(|&s| s as usize).collect(), None),
+        "full" => (sizes(&n.ints("size")?)?, None),
         "full_like" => {
             let x = n.tensor("self")?;
             (x.shape.clone(), Some(x.dtype))
@@ -28,8 +28,18 @@ pub(super) fn full(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         Operand::Number(v, _) => v,
         Operand::Tensor(_) => unreachable!(),
     };
-    let count: usize = shape.iter().product();
+    let count = super::checked_numel(&shape)?;
     out(build(d, shape, vec![v; count]))
+}
+
+/// A size list a factory makes a tensor of: no negative size (ATen's message).
+pub(super) fn sizes(sizes: &[i64]) -> R<Vec<usize>> {
+    if let Some(&s) = sizes.iter().find(|&&s| s < 0) {
+        return fail(format!(
+            "Trying to create tensor with negative dimension {s}: {sizes:?}"
+        ));
+    }
+    Ok(sizes.iter().map(|&s| s as usize).collect())
 }
 
 pub(super) fn arange(n: &Node, overload: &str) -> R<Vec<HostTensor>> {
@@ -48,10 +58,11 @@ pub(super) fn arange(n: &Node, overload: &str) -> R<Vec<HostTensor>> {
         return fail("arange step must be positive");
     }
     let len = if end > start {
-        (end - start + step - 1) / step
+        ((end as i128 - start as i128 + step as i128 - 1) / step as i128) as i64
     } else {
         0
     };
+    super::checked_numel(&[len as usize])?;
     let d = n.dtype("dtype").unwrap_or(DType::I64);
     out(build(
         d,

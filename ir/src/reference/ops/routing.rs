@@ -358,7 +358,7 @@ pub(super) fn grouped_mm(n: &Node) -> R<Vec<HostTensor>> {
 
 /// `empty` and `empty_permuted`: zeros (ATen leaves the memory uninitialized).
 pub(super) fn empty(n: &Node) -> R<Vec<HostTensor>> {
-    let sizes: Vec<usize> = n.ints("size")?.iter().map(|&s| s.max(0) as usize).collect();
+    let sizes = super::factories::sizes(&n.ints("size")?)?;
     if n.node.arg("physical_layout").is_some() {
         let mut layout = n.ints("physical_layout")?;
         layout.sort_unstable();
@@ -367,7 +367,7 @@ pub(super) fn empty(n: &Node) -> R<Vec<HostTensor>> {
         }
     }
     let d = n.dtype("dtype").unwrap_or(DType::F32);
-    let total = sizes.iter().product();
+    let total = super::checked_numel(&sizes)?;
     Ok(vec![build(d, sizes, vec![E::I(0); total])])
 }
 

@@ -26,7 +26,7 @@ pub(super) fn repeat(n: &Node) -> R<Vec<HostTensor>> {
             .enumerate()
             .map(|(d, &s)| idx[off + d] % s)
             .collect()
-    }))
+    })?)
 }
 
 pub(super) fn slice(n: &Node) -> R<Vec<HostTensor>> {
@@ -38,7 +38,7 @@ pub(super) fn slice(n: &Node) -> R<Vec<HostTensor>> {
         let mut s = idx.to_vec();
         s[dim] = (start + idx[dim] as i64 * step) as usize;
         s
-    }))
+    })?)
 }
 
 pub(super) fn select(n: &Node) -> R<Vec<HostTensor>> {
@@ -56,7 +56,7 @@ pub(super) fn select(n: &Node) -> R<Vec<HostTensor>> {
         let mut s = idx.to_vec();
         s.insert(dim, i);
         s
-    }))
+    })?)
 }
 
 pub(super) fn cat(n: &Node) -> R<Vec<HostTensor>> {
@@ -183,7 +183,7 @@ pub(super) fn split(n: &Node, name: &str) -> R<Vec<HostTensor>> {
             let mut s = idx.to_vec();
             s[dim] += start;
             s
-        });
+        })?;
         if name == "unbind" {
             t.shape.remove(dim);
         }

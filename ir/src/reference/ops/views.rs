@@ -55,7 +55,7 @@ pub(super) fn permute(n: &Node, name: &str) -> R<Vec<HostTensor>> {
             src[p] = idx[k];
         }
         src
-    }))
+    })?)
 }
 
 pub(super) fn unsqueeze(n: &Node) -> R<Vec<HostTensor>> {
@@ -124,7 +124,7 @@ pub(super) fn expand(n: &Node) -> R<Vec<HostTensor>> {
             .enumerate()
             .map(|(k, &s)| if s == 1 { 0 } else { idx[off + k] })
             .collect()
-    }))
+    })?)
 }
 
 pub(super) fn unfold(n: &Node) -> R<Vec<HostTensor>> {
@@ -144,7 +144,7 @@ pub(super) fn unfold(n: &Node) -> R<Vec<HostTensor>> {
         let mut src = idx[..idx.len() - 1].to_vec();
         src[d] = src[d] * step as usize + idx[idx.len() - 1];
         src
-    }))
+    })?)
 }
 
 pub(super) fn as_strided(n: &Node) -> R<Vec<HostTensor>> {
@@ -215,7 +215,7 @@ pub(super) fn diagonal(n: &Node) -> R<Vec<HostTensor>> {
                 }
             })
             .collect()
-    }))
+    })?)
 }
 
 pub(super) fn flip(n: &Node) -> R<Vec<HostTensor>> {
@@ -238,5 +238,5 @@ pub(super) fn flip(n: &Node) -> R<Vec<HostTensor>> {
                 }
             })
             .collect()
-    }))
+    })?)
 }
