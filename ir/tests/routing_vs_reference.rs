@@ -285,7 +285,7 @@ fn bad_routing_or_scatter_input_is_an_error_naming_the_node() {
         ),
         (
             "aten.repeat_interleave.Tensor",
-            r#"{"repeats": {"tensor": "i"}}"#,
+            r#"{"repeats": {"tensor": "i"}, "output_size": 4}"#,
             "one-dimensional integer tensor",
         ),
         (

@@ -384,8 +384,9 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
         let vector = vector_max;
         let many_rows = rows_h >= 4 * SMS;
         let per_thread = if many_rows { 4 } else { 1 };
-        let tpr = next_pow2((len_h.max(1) + vector * per_thread - 1) / (vector * per_thread))
-            .clamp(32, 512);
+        let tpr =
+            next_pow2(len_h.max(1).saturating_add(vector * per_thread - 1) / (vector * per_thread))
+                .clamp(32, 512);
         reasons.push(format!(
             "threads per row: {tpr} (hint: rows {rows_t} ≈ {rows_h}, {}; row length {len_t} ≈ {len_h})",
             if many_rows { "many rows: 4 vectors per thread" } else { "few rows: one vector per thread" }

@@ -458,6 +458,22 @@ impl Reader {
                 )))
             }
         };
+        // Sizes are never negative, and the constant ones multiply to an element count below 2^62
+        // (the bytes of any tensor fit in 64 bits).
+        let mut constant = 1i128;
+        for &d in &shape {
+            if let Some(v) = self.env.pool().as_const(d) {
+                if v < 0 {
+                    return Err(err(format!("a negative size {v}")));
+                }
+                constant = constant.saturating_mul(v as i128);
+            }
+        }
+        if constant >= 1i128 << 62 {
+            return Err(err(format!(
+                "{constant} elements: more than any memory holds (2^62)"
+            )));
+        }
         self.define(&r.name, Producer::Input(i)).map_err(err)?;
         self.bind_lone_symbols(&shape);
         Ok(Input {
@@ -500,20 +516,51 @@ impl Reader {
             Some(d) => Some(DType::from_name(d).ok_or_else(|| err(unknown_dtype(d)))?),
             None => None,
         };
-        let symbol = match &r.symbol {
-            Some(s) => {
-                let id = self
-                    .env
-                    .symbol_id(s)
-                    .ok_or_else(|| err(format!("\"symbol\": '{s}' is not declared")))?;
-                if self.env.symbol_kind(id) != SymbolKind::Unbacked {
-                    return Err(err(format!("\"symbol\": '{s}' must be declared unbacked")));
+        let symbol =
+            match &r.symbol {
+                Some(s) => {
+                    let id = self
+                        .env
+                        .symbol_id(s)
+                        .ok_or_else(|| err(format!("\"symbol\": '{s}' is not declared")))?;
+                    if self.env.symbol_kind(id) != SymbolKind::Unbacked {
+                        return Err(err(format!("\"symbol\": '{s}' must be declared unbacked")));
+                    }
+                    self.bound.insert(s.clone());
+                    Some(id)
                 }
-                self.bound.insert(s.clone());
-                Some(id)
-            }
-            None => None,
-        };
+                None if r.op == "aten._local_scalar_dense.default" => return Err(err(
+                    "needs the \"symbol\" it produces (an unbacked symbol declared for its value)"
+                        .into(),
+                )),
+                None => None,
+            };
+        // nonzero and masked_select state their count as a symbol (the first dimension).
+        if matches!(
+            r.op.as_str(),
+            "aten.nonzero.default" | "aten.masked_select.default"
+        ) && shape
+            .as_ref()
+            .and_then(|s| s.first())
+            .and_then(|&e| self.env.pool().as_symbol(e))
+            .is_none()
+        {
+            return Err(err(
+                "must state its \"shape\" with the unbacked count symbol first".into(),
+            ));
+        }
+        if r.op == "aten.repeat_interleave.Tensor"
+            && r.args.get("output_size").is_none_or(|v| v.is_null())
+            && shape
+                .as_ref()
+                .and_then(|s| s.first())
+                .and_then(|&e| self.env.pool().as_symbol(e))
+                .is_none()
+        {
+            return Err(err(
+                "must state its \"shape\" with the unbacked count symbol, or output_size".into(),
+            ));
+        }
         if let (Some(shape), true) = (&shape, DATA_DEPENDENT.contains(&r.op.as_str())) {
             self.bind_lone_symbols(shape);
         }

@@ -34,6 +34,9 @@ pub struct ParamType {
     pub optional: bool,
     /// `Tensor?[]`: elements may be None.
     pub elem_optional: bool,
+    /// `SymInt` (`SymInt[]`): may be symbolic. A plain `int` is a constant in an exported graph
+    /// (export specializes it), so a symbolic value there is refused.
+    pub symbolic: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -205,6 +208,7 @@ fn parse_param(p: &str) -> Result<Param, String> {
         None => ty,
     };
     let elem_optional = ty.ends_with('?');
+    let symbolic = ty.trim_end_matches('?') == "SymInt";
     let base = match ty.trim_end_matches('?') {
         "Tensor" => Base::Tensor,
         "int" | "SymInt" => Base::Int,
@@ -225,6 +229,7 @@ fn parse_param(p: &str) -> Result<Param, String> {
             list,
             optional,
             elem_optional,
+            symbolic,
         },
         default,
     })
@@ -283,7 +288,9 @@ impl Schema {
             .iter()
             .map(|p| {
                 let arg = match args.iter().find(|a| a.0 == p.name) {
-                    Some((_, v)) => bind_value(v, &p.ty, env),
+                    Some((_, v)) => {
+                        constant_unless_symint(v, &p.ty).and_then(|()| bind_value(v, &p.ty, env))
+                    }
                     None => match &p.default {
                         Some(d) => bind_default(d, &p.ty, env),
                         None => Err("missing (it has no default)".to_string()),
@@ -293,6 +300,24 @@ impl Schema {
             })
             .collect()
     }
+}
+
+/// A plain `int` (or `int[]`) takes constants only: a symbolic value is refused.
+fn constant_unless_symint(v: &Value, ty: &ParamType) -> Result<(), String> {
+    if ty.base != Base::Int || ty.symbolic {
+        return Ok(());
+    }
+    let symbolic = match v {
+        Value::Str(_) => true,
+        Value::List(items) => items.iter().any(|x| matches!(x, Value::Str(_))),
+        _ => false,
+    };
+    if symbolic {
+        return Err(
+            "a symbolic value where the schema takes a constant int (not SymInt)".to_string(),
+        );
+    }
+    Ok(())
 }
 
 fn symbolic_int(s: &str, env: &mut ShapeEnv) -> Result<Expr, String> {

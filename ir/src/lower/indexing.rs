@@ -26,6 +26,11 @@ pub(super) fn indexed(
         )));
     }
     let rank = src.sizes.len();
+    if name == "embedding" && rank != 2 {
+        return Err(NodeError::Message(format!(
+            "'weight' must be 2-D, found {rank} dimensions"
+        )));
+    }
     let size = src.sizes[dim];
     let sizes: Vec<Expr> = match name {
         // [*indices, *weight[1..]]

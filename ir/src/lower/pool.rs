@@ -125,11 +125,15 @@ pub(super) fn window(l: &Lowerer, n: &GraphNode, dilated: bool) -> R<Window> {
         .chain(&stride)
         .chain(&dilation)
         .any(|&v| v < 1)
-        || (0..2).any(|i| padding[i] < 0 || 2 * padding[i] > kernel[i])
+        || (0..2).any(|i| padding[i] < 0 || 2 * padding[i] as i128 > kernel[i] as i128)
     {
         return msg(
             "kernel, stride and dilation must be positive, padding at most half the kernel",
         );
+    }
+    // The window's extent, d·(k − 1) + 1, must be a size (it is compared with the input).
+    if (0..2).any(|i| dilation[i] as i128 * (kernel[i] as i128 - 1) + 1 > i32::MAX as i128) {
+        return msg("the pooling window (dilation × (kernel − 1) + 1) is larger than any input");
     }
     Ok(Window {
         kernel,

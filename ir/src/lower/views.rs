@@ -350,6 +350,16 @@ pub(super) fn expand(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> 
     let mut out = Vec::with_capacity(rank);
     let mut bcast = Vec::with_capacity(x.sizes.len());
     for (k, &s) in sizes.iter().enumerate() {
+        if s != minus_one {
+            let zero = l.env.pool_mut().zero();
+            let c = l.env.pool_mut().ge(s, zero);
+            l.require(c, |env| {
+                format!(
+                    "expand: the expanded size {} must be non-negative (or -1 for a dimension kept)",
+                    env.text(s)
+                )
+            })?;
+        }
         if k < off {
             if s == minus_one {
                 return Err(NodeError::Message(

@@ -26,7 +26,8 @@ pub(crate) fn rule(name: &str) -> Option<ZeroDim> {
     Some(match name {
         "slice" | "slice_scatter" => Refused("slice() cannot be applied to a 0-dim tensor."),
         "select" | "select_scatter" => Refused("select() cannot be applied to a 0-dim tensor."),
-        "_softmax" | "_log_softmax" | "transpose" | "t" | "flip" => AsVector {
+        "_softmax" | "_log_softmax" | "transpose" | "t" | "flip" | "cumsum" | "cumprod"
+        | "logcumsumexp" | "cummax" | "cummin" => AsVector {
             promote: &["self"],
             result_like: "self",
         },
@@ -58,8 +59,13 @@ pub(crate) fn lower(
         return cat(l, n).err().map(Err);
     }
     let rule = rule(name)?;
-    let Some(Arg::Tensor(self_ref)) = n.arg("self") else {
-        return None;
+    let self_ref = match n.arg("self") {
+        Some(Arg::Tensor(r)) => r,
+        // A number where the op takes a dimension of a tensor.
+        Some(Arg::Number(_)) => {
+            return Some(msg("argument 'self': expected a tensor, found a number"));
+        }
+        _ => return None,
     };
     let x = l.tensor(self_ref).ok()?;
     if !x.sizes.is_empty() {

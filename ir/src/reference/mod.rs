@@ -123,6 +123,29 @@ pub fn run(
                 }
             }
         }
+        // A stated shape and dtype are what the node computes (as lowering checks them).
+        if let Some(t) = outs.first() {
+            if let Some(stated) = &node.shape {
+                let dims: Option<Vec<i64>> = stated
+                    .iter()
+                    .map(|&e| graph.env.evaluate(e, &bindings).ok())
+                    .collect();
+                let have: Vec<i64> = t.shape.iter().map(|&s| s as i64).collect();
+                if dims.as_ref().is_some_and(|d| *d != have) {
+                    return Err(err(format!(
+                        "states shape {:?}, computes {have:?}",
+                        dims.unwrap_or_default()
+                    )));
+                }
+            }
+            if node.dtype.is_some_and(|d| d != t.dtype) {
+                return Err(err(format!(
+                    "states dtype {}, computes {}",
+                    node.dtype.expect("some"),
+                    t.dtype
+                )));
+            }
+        }
         values.push(if node.symbol.is_some() {
             Vec::new()
         } else {
@@ -133,14 +156,30 @@ pub fn run(
         check_exists(graph, &values, &o.tensor)
             .map_err(|message| RefError::Output { index: i, message })?;
     }
-    Ok(graph
+    let outs: Vec<HostTensor> = graph
         .outputs
         .iter()
         .map(|o| match o.tensor.producer {
             Producer::Input(i) => inputs[i].clone(),
             Producer::Node(n) => values[n][o.tensor.index.unwrap_or(0)].clone(),
         })
-        .collect())
+        .collect();
+    // An output written back into an input (a cache update) has the input's dtype and shape.
+    for (i, (o, t)) in graph.outputs.iter().zip(&outs).enumerate() {
+        if let Some(k) = o.mutates {
+            let inp = &inputs[k];
+            if t.dtype != inp.dtype || t.shape != inp.shape {
+                return Err(RefError::Output {
+                    index: i,
+                    message: format!(
+                        "written back into input '{}': {}{:?}, the input is {}{:?}",
+                        graph.inputs[k].name, t.dtype, t.shape, inp.dtype, inp.shape
+                    ),
+                });
+            }
+        }
+    }
+    Ok(outs)
 }
 
 /// How many outputs a node of a list (`split`, `unbind`) gives depends on sizes: one it did not

@@ -389,7 +389,7 @@ fn slice_bounds(n: &Node, x: &HostTensor) -> R<(usize, i64, i64, i64, usize)> {
         return fail("slice step must be positive");
     }
     let len = if end > start {
-        (end - start + step - 1) / step
+        ((end as i128 - start as i128 + step as i128 - 1) / step as i128) as i64
     } else {
         0
     };
@@ -517,6 +517,32 @@ pub(super) fn run_node(
             ));
         }
     }
+    if matches!(node.arg("self"), Some(Arg::Number(_)))
+        && matches!(
+            name,
+            "slice"
+                | "slice_scatter"
+                | "select"
+                | "select_scatter"
+                | "_softmax"
+                | "_log_softmax"
+                | "transpose"
+                | "t"
+                | "flip"
+                | "cumsum"
+                | "cumprod"
+                | "logcumsumexp"
+                | "cummax"
+                | "cummin"
+                | "index_select"
+                | "gather"
+                | "scatter"
+                | "scatter_add"
+                | "scatter_reduce"
+        )
+    {
+        return fail("argument 'self': expected a tensor, found a number");
+    }
     if zero_d("self") {
         let (promote, like): (&[&str], &str) = match name {
             "slice" | "slice_scatter" => {
@@ -525,7 +551,8 @@ pub(super) fn run_node(
             "select" | "select_scatter" => {
                 return fail("select() cannot be applied to a 0-dim tensor.")
             }
-            "_softmax" | "_log_softmax" | "transpose" | "t" | "flip" => (&["self"], "self"),
+            "_softmax" | "_log_softmax" | "transpose" | "t" | "flip" | "cumsum" | "cumprod"
+            | "logcumsumexp" | "cummax" | "cummin" => (&["self"], "self"),
             "index_select" => (&["self", "index"], "self"),
             "gather" => (&["self", "index"], "index"),
             "scatter" | "scatter_add" | "scatter_reduce" => (&["self", "index", "src"], "self"),

@@ -268,7 +268,10 @@ impl ShapeEnv {
     /// A loop variable over `0..size`: an unbacked value whose range is `[0, max(size) - 1]`, named
     /// `<prefix><n>` with the first free `n`.
     pub fn new_index_var(&mut self, prefix: &str, size: Expr) -> Expr {
-        let hi = self.bound(size).hi_i64().map(|h| (h - 1).max(0));
+        let hi = self
+            .bound(size)
+            .hi_i64()
+            .map(|h| h.saturating_sub(1).max(0));
         let counter = self.index_counters.entry(prefix.to_string()).or_insert(0);
         let name = loop {
             let name = format!("{prefix}{counter}");

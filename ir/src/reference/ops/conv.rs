@@ -167,6 +167,17 @@ pub(super) fn window(n: &Node, ins: [i64; 2]) -> R<Window> {
     let s = two("stride", Some(k))?;
     let p = two("padding", Some([0, 0]))?;
     let d = two("dilation", Some([1, 1]))?;
+    // ATen's checks; then every product below fits in i64.
+    if k.iter().chain(&s).chain(&d).any(|&v| v < 1)
+        || (0..2).any(|i| p[i] < 0 || 2 * p[i] as i128 > k[i] as i128)
+    {
+        return fail(
+            "kernel, stride and dilation must be positive, padding at most half the kernel",
+        );
+    }
+    if (0..2).any(|i| d[i] as i128 * (k[i] as i128 - 1) + 1 > i32::MAX as i128) {
+        return fail("the pooling window (dilation × (kernel − 1) + 1) is larger than any input");
+    }
     let ceil = n.flag("ceil_mode");
     let mut outs = [0usize; 2];
     for i in 0..2 {
@@ -238,7 +249,16 @@ fn upsampling(n: &Node) -> R<Upsampling> {
         Some(Arg::Floats(f)) if f.len() == 2 => Some([f[0], f[1]]),
         _ => None,
     };
+    if factors.is_some_and(|f| f.iter().any(|&v| v.is_nan() || v <= 0.0)) {
+        return fail(format!(
+            "scale_factors: expected 2 positive values, found {:?}",
+            factors.unwrap_or_default()
+        ));
+    }
     let outs = match (n.ints("output_size")?.as_slice(), factors) {
+        ([a, b], _) if *a < 0 || *b < 0 => {
+            return fail(format!("output_size: negative sizes [{a}, {b}]"))
+        }
         ([a, b], _) => [*a as usize, *b as usize],
         (_, Some(f)) => [
             (ins[0] as f64 * f[0]).floor() as usize,
@@ -246,6 +266,9 @@ fn upsampling(n: &Node) -> R<Upsampling> {
         ],
         _ => return fail("needs output_size or scale_factors"),
     };
+    let mut shape = x.shape[..rank - 2].to_vec();
+    shape.extend(outs);
+    super::checked_numel(&shape)?;
     Ok((x, ins, outs, factors))
 }
 

@@ -12,6 +12,12 @@ pub(super) fn cdist(n: &Node) -> R<Vec<HostTensor>> {
         Some(Arg::Int(_)) => n.int("p")? as f64,
         _ => return fail("p must be a number"),
     };
+    if a.dtype != b.dtype || !a.dtype.is_float() {
+        return fail(format!(
+            "cdist takes two tensors of one float dtype, found {} and {}",
+            a.dtype, b.dtype
+        ));
+    }
     let (ra, rb) = (a.shape.len(), b.shape.len());
     if ra < 2 || rb < 2 || a.shape[ra - 1] != b.shape[rb - 1] || p.is_nan() || p < 0.0 {
         return fail("cdist: mismatched shapes or a negative p");

@@ -15,6 +15,9 @@ pub(super) fn indexed(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         return fail("indices must be integers");
     }
     let rank = src.shape.len();
+    if name == "embedding" && rank != 2 {
+        return fail(format!("'weight' must be 2-D, found {rank} dimensions"));
+    }
     let dim = if name == "embedding" {
         0
     } else {

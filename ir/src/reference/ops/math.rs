@@ -84,7 +84,15 @@ pub(super) fn run(n: &Node, name: &str, overload: &str) -> R<Vec<HostTensor>> {
             let x = n.operand("self")?;
             let d = result_type(&[&x])?;
             let decimals = if overload == "decimals" {
-                n.int("decimals")?
+                // `int decimals` (not SymInt): export specializes it to a constant.
+                match n.node.arg("decimals") {
+                    Some(crate::graph::Arg::Int(e))
+                        if n.graph.env.pool().as_const(*e).is_none() =>
+                    {
+                        return fail("round: 'decimals' must be a constant integer")
+                    }
+                    _ => n.int("decimals")?,
+                }
             } else {
                 0
             };
@@ -183,6 +191,9 @@ pub(super) fn run(n: &Node, name: &str, overload: &str) -> R<Vec<HostTensor>> {
         "hardtanh" => {
             let x = n.operand("self")?;
             let d = result_type(&[&x])?;
+            if d == DType::Bool {
+                return fail("hardtanh is not defined for bool");
+            }
             let (lo, hi) = (
                 scalar_or(n, "min_val", -1.0)?,
                 scalar_or(n, "max_val", 1.0)?,

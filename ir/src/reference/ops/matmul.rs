@@ -9,6 +9,12 @@ use crate::tensor::HostTensor;
 /// `scaled_dot_product_attention`: scores, mask, softmax and the weighted sum, in f64.
 pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
     let (q, k, v) = (n.tensor("query")?, n.tensor("key")?, n.tensor("value")?);
+    if q.dtype != k.dtype || q.dtype != v.dtype {
+        return fail(format!(
+            "Expected query, key, and value to have the same dtype, but got query {}, key {}, value {}",
+            q.dtype, k.dtype, v.dtype
+        ));
+    }
     let rank = q.shape.len();
     if !(2..=4).contains(&rank) || k.shape.len() != rank || v.shape.len() != rank {
         return fail("expects query, key and value of one rank, 2 to 4 dimensions");
@@ -21,6 +27,13 @@ pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
     }
     let (b, hq, lq, e) = (q4[0], q4[1], q4[2], q4[3]);
     let (hk, s, ev) = (k4[1], k4[2], v4[3]);
+    if k4[0] != b || v4[0] != b || v4[1] != hk || k4[3] != e || v4[2] != s {
+        return fail(format!(
+            "query {:?}, key {:?} and value {:?} do not fit: batch, heads (key and value), \
+             head dim (query and key) and length (key and value) must agree",
+            q.shape, k.shape, v.shape
+        ));
+    }
     // No heads at all is an empty result.
     if hq != hk && (hk == 0 || hq % hk != 0) {
         return fail("query heads must be a multiple of key/value heads");

@@ -142,9 +142,28 @@ pub(super) fn moments(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         d.sort_unstable();
         d
     } else {
-        let k = n.ints("normalized_shape")?.len();
+        let shape = n.ints("normalized_shape")?;
+        let k = shape.len();
         if k == 0 || k > rank {
             return fail("bad normalized_shape");
+        }
+        // normalized_shape is the input's trailing shape, and the weight's and bias's shape.
+        let trailing: Vec<i64> = x.shape[rank - k..].iter().map(|&s| s as i64).collect();
+        if shape != trailing {
+            return fail(format!(
+                "normalized_shape {shape:?} is not the input's trailing shape {trailing:?}"
+            ));
+        }
+        for p in ["weight", "bias"] {
+            if let Some(Arg::Tensor(r)) = n.node.arg(p) {
+                let t = (n.get)(r);
+                if t.shape.iter().map(|&s| s as i64).collect::<Vec<_>>() != shape {
+                    return fail(format!(
+                        "{p} of shape {:?} where normalized_shape is {shape:?}",
+                        t.shape
+                    ));
+                }
+            }
         }
         (rank - k..rank).collect()
     };

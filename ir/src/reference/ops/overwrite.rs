@@ -256,6 +256,25 @@ pub(super) fn scatter_reduce(n: &Node) -> R<Vec<HostTensor>> {
 /// take the source's elements in row-major order.
 pub(super) fn masked_scatter(n: &Node) -> R<Vec<HostTensor>> {
     let (x, mask, src) = (n.operand("self")?, n.operand("mask")?, n.tensor("source")?);
+    let mask_dtype = match &mask {
+        super::Operand::Tensor(t) => t.dtype,
+        super::Operand::Number(_, d) => *d,
+    };
+    let self_dtype = match &x {
+        super::Operand::Tensor(t) => t.dtype,
+        super::Operand::Number(_, d) => *d,
+    };
+    if src.dtype != self_dtype {
+        return fail(format!(
+            "masked_scatter: expected self and source to have same dtypes but got {self_dtype} and {}",
+            src.dtype
+        ));
+    }
+    if mask_dtype != crate::graph::DType::Bool {
+        return fail(format!(
+            "masked_scatter_ only supports boolean masks, but got mask with dtype {mask_dtype}"
+        ));
+    }
     let shape = super::broadcast_shape(&[&x, &mask])?;
     let d = match &x {
         super::Operand::Tensor(t) => t.dtype,

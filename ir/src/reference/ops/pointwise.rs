@@ -35,7 +35,15 @@ pub(super) fn float_unary(n: &Node, name: &str) -> R<Vec<HostTensor>> {
 pub(super) fn gelu(n: &Node) -> R<Vec<HostTensor>> {
     let x = n.operand("self")?;
     let d = float_of(result_type(&[&x])?);
-    let tanh = matches!(n.node.arg("approximate"), Some(Arg::Str(s)) if s == "tanh");
+    let tanh = match n.node.arg("approximate") {
+        None | Some(Arg::None) => false,
+        Some(Arg::Str(s)) if s == "none" || s == "tanh" => s == "tanh",
+        Some(other) => {
+            return fail(format!(
+                "approximate argument must be either none or tanh, found {other:?}"
+            ))
+        }
+    };
     out(elementwise(&[&x], d, d, |v| {
         let x = v[0].f();
         Ok(E::F(if tanh {
@@ -142,8 +150,11 @@ pub(super) fn div(n: &Node) -> R<Vec<HostTensor>> {
     let (a, c) = (n.operand("self")?, n.operand("other")?);
     let d = result_type(&[&a, &c])?;
     let mode = match n.node.arg("rounding_mode") {
-        Some(Arg::Str(s)) => Some(s.clone()),
-        _ => None,
+        Some(Arg::Str(s)) if s == "floor" || s == "trunc" => Some(s.clone()),
+        None | Some(Arg::None) => None,
+        Some(other) => return fail(format!(
+            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {other:?}"
+        )),
     };
     let outd = if mode.is_none() { float_of(d) } else { d };
     out(elementwise(&[&a, &c], outd, outd, |v| {

@@ -18,7 +18,12 @@ pub(super) fn reduction(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         dims.iter().map(|&d| wrap(d, rank)).collect::<R<_>>()?
     };
     dims.sort_unstable();
-    dims.dedup();
+    if let Some(w) = dims.windows(2).find(|w| w[0] == w[1]) {
+        return fail(format!(
+            "dim {} appears multiple times in the list of dims",
+            w[0]
+        ));
+    }
     dims.retain(|&d| d < rank);
     let keep = n.flag("keepdim");
     match name {

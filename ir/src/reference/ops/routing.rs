@@ -17,6 +17,12 @@ fn indices(n: &Node, x: &mut HostTensor) -> R<Vec<Option<HostTensor>>> {
     let mut out = Vec::new();
     for t in list {
         match t {
+            Some(m) if m.dtype.is_float() => {
+                return fail(format!(
+                    "tensors used as indices must be long, int, byte or bool tensors, found {}",
+                    m.dtype
+                ))
+            }
             Some(mut m) if m.dtype == DType::Bool || m.dtype == DType::U8 => {
                 if m.shape.is_empty() {
                     x.shape.insert(out.len().min(x.shape.len()), 1);
@@ -107,6 +113,15 @@ fn positions(x: &HostTensor, idx: Vec<Option<HostTensor>>) -> R<(Vec<usize>, Vec
 
 pub(super) fn index(n: &Node) -> R<Vec<HostTensor>> {
     let mut x = n.tensor("self")?;
+    // A boolean mask selects a data-dependent count: the node states it (the format's rule).
+    if let Some(Arg::Tensors(v)) = n.node.arg("indices") {
+        let mask = v.iter().flatten().any(|r| (n.get)(r).dtype == DType::Bool);
+        if mask && n.node.shape.is_none() {
+            return fail(
+                "a boolean mask: the node must state its \"shape\" with the unbacked count symbol",
+            );
+        }
+    }
     let idx = indices(n, &mut x)?;
     let (shape, at) = positions(&x, idx)?;
     let vals = at.iter().map(|&k| elem(&x, k)).collect();

@@ -12,9 +12,20 @@ pub(super) fn search_sorted(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     } else {
         (n.tensor("sorted_sequence")?, n.operand("self")?)
     };
+    if name == "bucketize" && seq.shape.len() != 1 {
+        return fail(format!(
+            "boundaries tensor must be 1 dimension, but got dim({})",
+            seq.shape.len()
+        ));
+    }
     let right = match n.node.arg("side") {
-        Some(crate::graph::Arg::Str(s)) => s == "right",
-        _ => n.flag("right"),
+        None | Some(crate::graph::Arg::None) => n.flag("right"),
+        Some(crate::graph::Arg::Str(s)) if s == "right" => true,
+        Some(crate::graph::Arg::Str(s)) if s == "left" && !n.flag("right") => false,
+        Some(crate::graph::Arg::Str(s)) if s == "left" => {
+            return fail("side 'left' contradicts right=True")
+        }
+        other => return fail(format!("side must be 'left' or 'right', found {other:?}")),
     };
     let out = if n.flag("out_int32") {
         DType::I32
@@ -22,7 +33,13 @@ pub(super) fn search_sorted(n: &Node, name: &str) -> R<Vec<HostTensor>> {
         DType::I64
     };
     let sorter = match n.node.arg("sorter") {
-        Some(crate::graph::Arg::Tensor(_)) => Some(n.tensor("sorter")?),
+        Some(crate::graph::Arg::Tensor(_)) => {
+            let s = n.tensor("sorter")?;
+            if s.dtype != DType::I64 || s.shape != seq.shape {
+                return fail("sorter must be an i64 tensor of the sequence's shape");
+            }
+            Some(s)
+        }
         _ => None,
     };
     let float = result_type(&[&Operand::Tensor(seq.clone()), &values])?.is_float();

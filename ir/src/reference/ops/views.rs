@@ -7,14 +7,28 @@ pub(super) fn view(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     let x = n.tensor("self")?;
     let mut sizes = n.ints(if name == "reshape" { "shape" } else { "size" })?;
     let total = x.numel() as i64;
-    let known: i64 = sizes.iter().filter(|&&s| s != -1).product();
+    let invalid = |sizes: &[i64]| format!("shape {sizes:?} is invalid for input of size {total}");
+    if sizes.iter().filter(|&&s| s == -1).count() > 1 || sizes.iter().any(|&s| s < -1) {
+        return fail(invalid(&sizes));
+    }
+    // Products in i128: sizes near 2^63 multiply past i64.
+    let known: i128 = sizes
+        .iter()
+        .filter(|&&s| s != -1)
+        .map(|&s| s as i128)
+        .try_fold(1i128, |a, s| a.checked_mul(s))
+        .unwrap_or(i128::MAX);
     if let Some(k) = sizes.iter().position(|&s| s == -1) {
         if known == 0 {
             return fail("cannot infer -1 with other sizes 0");
         }
-        sizes[k] = total / known;
+        sizes[k] = (total as i128 / known) as i64;
     }
-    if sizes.iter().any(|&s| s < 0) || sizes.iter().product::<i64>() != total {
+    let product = sizes
+        .iter()
+        .try_fold(1i128, |a, &s| a.checked_mul(s as i128))
+        .unwrap_or(i128::MAX);
+    if sizes.iter().any(|&s| s < 0) || product != total as i128 {
         return fail(format!(
             "shape {sizes:?} is invalid for input of size {total}"
         ));
@@ -32,12 +46,27 @@ pub(super) fn permute(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     let x = n.tensor("self")?;
     let rank = x.shape.len();
     let perm: Vec<usize> = match name {
-        "permute" => n
-            .ints("dims")?
-            .iter()
-            .map(|&d| wrap(d, rank))
-            .collect::<R<_>>()?,
+        "permute" => {
+            let p: Vec<usize> = n
+                .ints("dims")?
+                .iter()
+                .map(|&d| wrap(d, rank))
+                .collect::<R<_>>()?;
+            let mut sorted = p.clone();
+            sorted.sort_unstable();
+            if sorted != (0..rank).collect::<Vec<_>>() {
+                return fail(format!(
+                    "permute: dims {p:?} are not a permutation of the {rank} dimensions"
+                ));
+            }
+            p
+        }
         _ => {
+            if name == "t" && rank > 2 {
+                return fail(format!(
+                    "t() expects a tensor with <= 2 dimensions, but self is {rank}D"
+                ));
+            }
             let (a, c) = if name == "t" {
                 (0, rank.saturating_sub(1))
             } else {
@@ -105,6 +134,11 @@ pub(super) fn expand(n: &Node) -> R<Vec<HostTensor>> {
         .ok_or_else(|| Some("expand to fewer dimensions".to_string()))?;
     let mut shape = Vec::with_capacity(sizes.len());
     for (k, &s) in sizes.iter().enumerate() {
+        if s < -1 || (s == -1 && k < off) {
+            return fail(format!(
+                "expand: the expanded size {s} must be non-negative (or -1 for a dimension kept)"
+            ));
+        }
         if k < off {
             shape.push(s as usize);
             continue;
@@ -155,15 +189,19 @@ pub(super) fn as_strided(n: &Node) -> R<Vec<HostTensor>> {
     if sizes.len() != strides.len() || strides.iter().chain([&offset]).any(|&s| s < 0) {
         return fail("as_strided: mismatched or negative sizes and strides");
     }
+    if sizes.iter().any(|&s| s < 0) {
+        return fail("as_strided: a negative size");
+    }
     let shape: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
-    let numel: usize = shape.iter().product();
-    let last = offset
+    let numel = super::checked_numel(&shape)?;
+    // In i128: sizes and strides near 2^63 multiply past i64.
+    let last = offset as i128
         + sizes
             .iter()
             .zip(&strides)
-            .map(|(&s, &st)| (s - 1) * st)
-            .sum::<i64>();
-    if numel > 0 && last as usize >= x.numel() {
+            .map(|(&s, &st)| (s as i128 - 1) * st as i128)
+            .sum::<i128>();
+    if numel > 0 && last >= x.numel() as i128 {
         return fail(format!(
             "as_strided reaches element {last} of {}",
             x.numel()
