@@ -1061,13 +1061,7 @@ fn negative_factory_sizes_are_refused() {
 /// `capacity overflow` panic or an aborted allocation.
 #[test]
 fn impossible_sizes_are_errors_before_allocating() {
-    let text = r#"{"format": "guardless-graph", "version": 1, "name": "item",
-        "symbols": [{"name": "u", "kind": "unbacked", "min": 0}],
-        "inputs": [{"name": "x", "dtype": "i64", "shape": []}],
-        "nodes": [{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "u"},
-                  {"name": "f", "op": "aten.full.default", "args": {"size": ["u", 2], "fill_value": 1.0}}],
-        "outputs": [{"tensor": "f"}]}"#;
-    let g = Graph::from_json(text).unwrap();
+    let g = Graph::from_json(ITEM_SIZED).unwrap();
     let p = lower(&g).unwrap();
     for v in [1i64 << 40, 1 << 62] {
         let x = HostTensor::from_i64(DType::I64, &[], &[v]);

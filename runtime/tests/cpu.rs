@@ -479,13 +479,7 @@ fn sampled_rows_check_row_wise_examples() {
 /// before allocating, naming the buffer and the size (it aborted the process once).
 #[test]
 fn impossible_sizes_are_errors_on_the_cpu_backend() {
-    let text = r#"{"format": "guardless-graph", "version": 1, "name": "item",
-        "symbols": [{"name": "u", "kind": "unbacked", "min": 0}],
-        "inputs": [{"name": "x", "dtype": "i64", "shape": []}],
-        "nodes": [{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "u"},
-                  {"name": "f", "op": "aten.full.default", "args": {"size": ["u", 2], "fill_value": 1.0}}],
-        "outputs": [{"tensor": "f"}]}"#;
-    let g = Graph::from_json(text).unwrap();
+    let g = Graph::from_json(ITEM_SIZED).unwrap();
     let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
     for v in [1i64 << 40, 1 << 62, 3] {
         let x =

@@ -16,15 +16,16 @@ use guardless_ir::sym::{Bindings, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
 
 /// torch.testing.assert_close's default (rtol, atol).
-pub fn tolerance(d: DType) -> (f64, f64) {
-    match d {
-        DType::F16 => (1e-3, 1e-5),
-        DType::BF16 => (1.6e-2, 1e-5),
-        DType::F32 => (1.3e-6, 1e-5),
-        DType::F64 => (1e-7, 1e-7),
-        _ => (0.0, 0.0),
-    }
-}
+pub use guardless_ir::reference::compare::tolerance;
+
+/// A tensor's size from `.item()` with no upper bound: `f = full([u, 2])` where `u` is the value
+/// of the 0-d i64 input `x`.
+pub const ITEM_SIZED: &str = r#"{"format": "guardless-graph", "version": 1, "name": "item",
+    "symbols": [{"name": "u", "kind": "unbacked", "min": 0}],
+    "inputs": [{"name": "x", "dtype": "i64", "shape": []}],
+    "nodes": [{"name": "v", "op": "aten._local_scalar_dense.default", "args": {"self": {"tensor": "x"}}, "symbol": "u"},
+              {"name": "f", "op": "aten.full.default", "args": {"size": ["u", 2], "fill_value": 1.0}}],
+    "outputs": [{"tensor": "f"}]}"#;
 
 /// torch.testing.assert_close's comparison: per element, `|got - want| ≤ atol + rtol·|want|` with
 /// the dtype's tolerances, NaN where the reference has NaN; integers exact.

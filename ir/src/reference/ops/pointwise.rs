@@ -152,9 +152,11 @@ pub(super) fn div(n: &Node) -> R<Vec<HostTensor>> {
     let mode = match n.node.arg("rounding_mode") {
         Some(Arg::Str(s)) if s == "floor" || s == "trunc" => Some(s.clone()),
         None | Some(Arg::None) => None,
-        Some(other) => return fail(format!(
+        Some(other) => {
+            return fail(format!(
             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {other:?}"
-        )),
+        ))
+        }
     };
     let outd = if mode.is_none() { float_of(d) } else { d };
     out(elementwise(&[&a, &c], outd, outd, |v| {
