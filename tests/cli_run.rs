@@ -370,3 +370,90 @@ fn max_memory_bounds_allocations() {
     let (ok, _, err) = guardless(&["run", &g, "--random", "--max-memory", "lots"]);
     assert!(!ok && err.contains("expected bytes"), "{err}");
 }
+
+/// Weights in one file (as `guardless.export(...).save` writes them), the user's input in another
+/// or random: `--inputs` is repeatable and `--random` fills only what no file gives, at the sizes
+/// the given inputs bind.
+#[test]
+fn inputs_from_several_files_and_random_for_the_rest() {
+    let dir = std::env::temp_dir().join(format!("guardless-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (weights, user, again) = (
+        dir.join("w.safetensors"),
+        dir.join("x.safetensors"),
+        dir.join("w2.safetensors"),
+    );
+    let x = HostTensor::random(DType::BF16, &[6, 4096], 1, (0, 1));
+    let w = HostTensor::random(DType::BF16, &[4096], 2, (0, 1));
+    tensor_io::write(&weights, &[("w".into(), w.clone())]).unwrap();
+    tensor_io::write(&user, &[("x".into(), x.clone())]).unwrap();
+    tensor_io::write(&again, &[("w".into(), w.clone())]).unwrap();
+    let g = example("rms_norm.unbacked.json");
+    let (w_path, x_path) = (weights.to_str().unwrap(), user.to_str().unwrap());
+
+    // Both files: the same result as the reference on those tensors.
+    let out_path = dir.join("out.safetensors");
+    let (ok, out, err) = guardless(&[
+        "run",
+        &g,
+        "--device",
+        "reference",
+        "--inputs",
+        w_path,
+        "--inputs",
+        x_path,
+        "--save-outputs",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("out: bf16[6, 4096]"), "{out}");
+    let graph = Graph::from_json(&std::fs::read_to_string(&g).unwrap()).unwrap();
+    let b = reference::bind_inputs(&graph, &[x.clone(), w.clone()], &Bindings::new()).unwrap();
+    let want = reference::run(&graph, &[x, w.clone()], &b).unwrap();
+    assert_eq!(tensor_io::read(&out_path).unwrap()["out"], want[0]);
+
+    // The weights alone: an error naming the missing input, unless --random fills it.
+    let (ok, _, err) = guardless(&["run", &g, "--inputs", w_path]);
+    assert!(
+        !ok && err.contains("no tensor named 'x'") && err.contains("--random"),
+        "{err}"
+    );
+    let (ok, out, err) = guardless(&[
+        "run",
+        &g,
+        "--device",
+        "reference",
+        "--inputs",
+        w_path,
+        "--random",
+        "--bind",
+        "n=3",
+        "--save-outputs",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("out: bf16[3, 4096]"), "{out}");
+    // The file's weights were used, not random ones: the reference on the same random x (the
+    // seed's values for input 0) and the file's w agrees.
+    let random_x = HostTensor::random(DType::BF16, &[3, 4096], 0, (0, 4));
+    let b =
+        reference::bind_inputs(&graph, &[random_x.clone(), w.clone()], &Bindings::new()).unwrap();
+    let want = reference::run(&graph, &[random_x, w], &b).unwrap();
+    assert_eq!(tensor_io::read(&out_path).unwrap()["out"], want[0]);
+
+    // A name in two files is ambiguous.
+    let (ok, _, err) = guardless(&[
+        "run",
+        &g,
+        "--inputs",
+        w_path,
+        "--inputs",
+        again.to_str().unwrap(),
+        "--random",
+    ]);
+    assert!(
+        !ok && err.contains("the input 'w' is in") && err.contains("give it once"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

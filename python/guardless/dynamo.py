@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .export import ExportError, _backed_values, _decompositions, _DTYPES, _expr, _Writer
+from .exporter import ExportError, _backed_values, _decompositions, _DTYPES, _expr, _Writer
 
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 

@@ -157,6 +157,23 @@ class BackendTest(unittest.TestCase):
         with self.assertRaisesRegex(guardless.GuardlessError, "out of range"):
             f(t, torch.tensor([1, 9]))
 
+    def test_an_out_of_vocabulary_id_names_the_embedding(self):
+        # The error names the op the user wrote (the lookup), not the kernel it was fused into.
+        emb = torch.nn.Embedding(10, 8)
+
+        def fn(ids):
+            e = emb(ids)
+            return e - e.mean(-1, keepdim=True)
+
+        f, _ = compiled(fn, dynamic=True)
+        with torch.no_grad():
+            ids = torch.tensor([1, 2, 3])
+            torch.testing.assert_close(f(ids), fn(ids))
+            with self.assertRaises(guardless.GuardlessError) as caught:
+                f(torch.tensor([1, 12, 3]))
+        message = str(caught.exception)
+        self.assertRegex(message, r"node '[^']+' \(aten\.embedding\.default\): index 12 is out of range for size 10")
+
     def test_tensors_made_in_forward_are_constants_of_the_graph(self):
         # `torch.tensor(...)` in forward (Falcon's alibi slopes, DeBERTa's scale) is a constant
         # the traced graph holds: passed as an input after the arguments, never a fallback; an

@@ -31,6 +31,20 @@ class CorpusTest(unittest.TestCase):
                 if kind == "unbacked":
                     self.assertEqual(graphs, 1, "unbacked sizes never recompile")
 
+    def test_a_sequence_range_from_1_says_what_to_do(self):
+        # Hugging Face's attention treats one token specially (Eq(u0, 1)): torch.export cannot
+        # trace a range that includes 1. The exporter says so, and what to change.
+        import torch
+
+        model = corpus.build("llama")
+        ids = torch.randint(0, corpus.VOCAB, corpus.EXAMPLE)
+        with self.assertRaises(guardless.ExportError) as caught:
+            guardless.export(model, (ids,), unbacked={"input_ids": {1: ("n", 1, 128)}})
+        message = str(caught.exception)
+        self.assertIn("Eq(u0, 1)", message)
+        self.assertIn("'n' (input 'input_ids' dimension 1, range 1..128)", message)
+        self.assertIn("start the range of 'n' at 2", message)
+
     def test_llama(self):
         self.run_model("llama")
 

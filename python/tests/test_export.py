@@ -115,6 +115,57 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(sorted(e.graph["asserts"]), sorted([f"{name} <= 4096", f"{name} >= 1"]))
         self.check(e, [1, 5, 300])
 
+    def test_names_that_match_nothing_are_errors_naming_the_inputs(self):
+        class Ids(torch.nn.Module):
+            def forward(self, input_ids, mask):
+                return input_ids * mask
+
+        model, args = Ids(), (torch.randn(2, 8), torch.randn(2, 8))
+        cases = [
+            (dict(unbacked={"x": {0: ("n", 1, 64)}}),
+             "unbacked names the input 'x', which the model does not take; its inputs are: "
+             "input_ids (rank 2), mask (rank 2)"),
+            (dict(unbacked={"input_ids": {2: ("n", 1, 64)}}),
+             "unbacked['input_ids'] names dimension 2; 'input_ids' has rank 2"),
+            (dict(unbacked={"input_ids": {0: ("2n", 1, 64)}}), "'2n' is not a symbol name"),
+            (dict(unbacked={"input_ids": {0: ("n", 1, 64)}, "mask": {0: ("n", 1, 64)}},
+                  optimization_hints={"seq": 8}),
+             "optimization_hints names ['seq'], which is not an unbacked symbol of the exported "
+             "graph; its unbacked symbols are: ['n']"),
+            (dict(dynamic_shapes={"x": {0: torch.export.Dim("b")}}),
+             "dynamic_shapes names the input 'x'"),
+            (dict(dynamic_shapes={"mask": {5: torch.export.Dim("b")}}),
+             "dynamic_shapes['mask'] names dimension 5; 'mask' has rank 2"),
+        ]
+        for kwargs, message in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                with self.assertRaises(guardless.ExportError) as caught:
+                    guardless.export(model, args, **kwargs)
+                self.assertIn(message, str(caught.exception))
+
+    def test_the_users_symbol_names_are_kept_and_saved_weights_are_inputs(self):
+        # As the README does it: export with a symbol named by the user, save the weights, then
+        # run the graph with those weights and random user inputs at a size bound by that name.
+        e = guardless.export(self.model, (torch.randn(8, 64),), unbacked={"x": {0: ("tokens", 2, 4096)}},
+                             optimization_hints={"tokens": 256})
+        (sym,) = e.graph["symbols"]
+        self.assertEqual((sym["name"], sym["optimization_hint"]), ("tokens", 256))
+        self.assertEqual(next(i for i in e.graph["inputs"] if i["name"] == "x")["shape"], ["tokens", 64])
+        self.assertTrue(all("u0" not in a for a in e.graph.get("asserts", [])), e.graph.get("asserts"))
+        with tempfile.TemporaryDirectory() as tmp:
+            graph, weights = os.path.join(tmp, "m.json"), os.path.join(tmp, "m.safetensors")
+            e.save(graph, weights)
+            r = subprocess.run([BIN, "run", graph, "--device", "cpu", "--inputs", weights, "--random",
+                                "--bind", "tokens=7", "--check"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("[7, 64]", r.stdout)
+            # The weights alone are not all the inputs: the error says what is missing and how.
+            r = subprocess.run([BIN, "run", graph, "--inputs", weights], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no tensor named 'x'", r.stderr)
+            self.assertIn("--random", r.stderr)
+        self.check(e, [2, 9])
+
     def test_a_buffer_mutation_is_written_back(self):
         class Cache(torch.nn.Module):
             def __init__(self):

@@ -216,7 +216,7 @@ fn running_extremes_and_their_positions_match_the_reference() {
 }
 
 #[test]
-fn a_data_dependent_error_names_the_buffer() {
+fn a_data_dependent_error_names_the_node_that_indexes() {
     // An embedding lookup with an index past the table: a clean error, not a wild read.
     let g = one_op(
         "aten.embedding.default",
@@ -238,8 +238,10 @@ fn a_data_dependent_error_names_the_buffer() {
         "the reference rejects it too"
     );
     let err = cpu.run(&inputs, &b, &poisoned()).unwrap_err().to_string();
+    // The op the user wrote first (not only the kernel it was fused into, buffer `out`).
     assert!(
-        err.contains("index 99 is out of range [0, 5)") && err.contains("(out)"),
+        err.starts_with("node 'out' (aten.embedding.default): index 99 is out of range for size 5")
+            && err.contains("(in the kernel of buffer"),
         "{err}"
     );
 }

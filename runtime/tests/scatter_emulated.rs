@@ -246,7 +246,8 @@ fn bad_indices_are_clean_errors_and_negative_ones_wrap() {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("out of range") && e.contains("(out)"),
+            e.contains("node 'out' (aten.index_put.default): an index is out of range")
+                && e.contains("(in the kernel of"),
             "{bad}: {e}"
         );
     }

@@ -53,6 +53,11 @@ pub struct BenchArgs {
     /// cost); calls that run steps on the host are executed as usual.
     #[arg(long)]
     cuda_graphs: bool,
+    /// Also draw the table: time per call against size (log-log; unbacked, and with
+    /// `--compare-backed` backed and static) and the unbacked/static and unbacked/backed ratios,
+    /// into this file (`.svg`, or `.png`).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
 enum Backend {
@@ -348,6 +353,16 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
             }
         }
         rows.push(row);
+    }
+    if let Some(path) = &a.plot {
+        let title = format!(
+            "{}: {describe}",
+            a.graph
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        );
+        super::plot::write(path, &rows, name, &title)?;
     }
     if a.json {
         let out = json!({

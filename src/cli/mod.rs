@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod compile;
 mod lower;
+mod plot;
 mod run;
 mod sym;
 
@@ -122,6 +123,40 @@ impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str(&self.message)
     }
+}
+
+/// The `guardless` command: parses `args` (the program's name first), runs it, prints its output
+/// (stdout) or its error (stderr); the exit status. The binary and the Python package's
+/// `guardless` command (`guardless._native.cli`) are both this.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use std::io::Write;
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are "errors" that print to stdout and exit 0.
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let status = match run(cli) {
+        Ok(out) => {
+            // A closed pipe (`guardless … | head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(out.as_bytes());
+            0
+        }
+        Err(e) => {
+            let _ = std::io::stdout().write_all(e.output.as_bytes());
+            let _ = writeln!(std::io::stderr(), "error: {}", e.message);
+            1
+        }
+    };
+    // Inside Python the process outlives this call: nothing may stay buffered.
+    let _ = std::io::stdout().flush();
+    status
 }
 
 /// Runs a parsed command line; the output to print, or the error.

@@ -49,11 +49,13 @@ pub struct RunArgs {
     /// The absolute tolerance of `--check` (default: by the output's dtype).
     #[arg(long, requires = "check")]
     atol: Option<f64>,
-    /// Input tensors, by graph input name (safetensors).
-    #[arg(long, conflicts_with = "random")]
-    inputs: Option<PathBuf>,
-    /// Random inputs: floats uniform in [-2, 2) (weights scaled by 1/sqrt(fan-in)), integers in
-    /// [0, 4), bools fair.
+    /// Input tensors, by graph input name (safetensors); repeatable (`--inputs weights.safetensors
+    /// --inputs x.safetensors`), a name given by two files is an error.
+    #[arg(long, value_name = "FILE")]
+    inputs: Vec<PathBuf>,
+    /// Random values for the inputs no `--inputs` file gives: floats uniform in [-2, 2) (weights
+    /// scaled by 1/sqrt(fan-in)), integers in [0, 4), bools fair; sizes from the given inputs,
+    /// then `--bind`, then the hints.
     #[arg(long)]
     random: bool,
     /// Seed of the random inputs.
@@ -98,15 +100,14 @@ pub fn run(a: RunArgs) -> Result<String, super::CliError> {
         .check_bindings(&given)
         .map_err(|e| ctx(format!("--bind: {e}")))?;
     let mut out = String::new();
-    let inputs = match (&a.inputs, a.random) {
-        (Some(path), _) => read_inputs(&graph, path, &mut out)?,
-        (None, true) => random_inputs(&graph, &given, a.seed)?,
-        (None, false) => {
-            return Err("give --inputs FILE.safetensors or --random"
-                .to_string()
-                .into())
-        }
-    };
+    if a.inputs.is_empty() && !a.random {
+        return Err("give --inputs FILE.safetensors or --random"
+            .to_string()
+            .into());
+    }
+    let from_files = read_inputs(&graph, &a.inputs, &mut out)?;
+    let inputs =
+        complete_inputs(&graph, from_files, &given, a.random, a.seed, &a.inputs).map_err(&ctx)?;
     let bindings =
         reference::bind_inputs(&graph, &inputs, &given).map_err(|e| ctx(e.to_string()))?;
     let (outputs, elapsed, ran_on) = if device == "cpu" {
@@ -368,43 +369,101 @@ pub(super) fn parse_bind(graph: &Graph, text: Option<&str>) -> Result<Bindings, 
     Ok(b)
 }
 
-/// The graph's inputs from a safetensors file, by name; tensors the graph does not take are
-/// named in `warnings` (a misspelt input would otherwise go unnoticed).
+/// The graph's inputs that the safetensors files give, by name (`None` where no file has one); a
+/// name in two files is an error, tensors the graph does not take are named in `warnings` (a
+/// misspelt input would otherwise go unnoticed).
 fn read_inputs(
     graph: &Graph,
-    path: &Path,
+    paths: &[PathBuf],
     warnings: &mut String,
-) -> Result<Vec<HostTensor>, String> {
-    let mut all = tensor_io::read(path)?;
-    let inputs = graph
+) -> Result<Vec<Option<HostTensor>>, String> {
+    let mut found: Vec<Option<(HostTensor, &Path)>> = vec![None; graph.inputs.len()];
+    let index: std::collections::HashMap<&str, usize> = graph
         .inputs
         .iter()
-        .map(|inp| {
-            all.remove(&inp.name).ok_or_else(|| {
-                format!(
-                    "{}: no tensor named '{}' (a graph input)",
-                    path.display(),
-                    inp.name
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let mut extra: Vec<String> = all
-        .into_keys()
-        .map(|k| format!("'{}'", k.escape_debug()))
+        .enumerate()
+        .map(|(i, inp)| (inp.name.as_str(), i))
         .collect();
-    if !extra.is_empty() {
-        extra.sort();
-        let _ = writeln!(
-            warnings,
-            "warning: {}: {} tensor{} the graph does not take, ignored: {}",
-            path.display(),
-            extra.len(),
-            if extra.len() == 1 { "" } else { "s" },
-            extra.join(", ")
-        );
+    for path in paths {
+        let mut extra = Vec::new();
+        for (name, t) in tensor_io::read(path)? {
+            let Some(&i) = index.get(name.as_str()) else {
+                extra.push(format!("'{}'", name.escape_debug()));
+                continue;
+            };
+            if let Some((_, first)) = &found[i] {
+                return Err(format!(
+                    "the input '{}' is in {} and in {}: give it once",
+                    name.escape_debug(),
+                    first.display(),
+                    path.display()
+                ));
+            }
+            found[i] = Some((t, path));
+        }
+        if !extra.is_empty() {
+            extra.sort();
+            let _ = writeln!(
+                warnings,
+                "warning: {}: {} tensor{} the graph does not take, ignored: {}",
+                path.display(),
+                extra.len(),
+                if extra.len() == 1 { "" } else { "s" },
+                extra.join(", ")
+            );
+        }
     }
-    Ok(inputs)
+    Ok(found.into_iter().map(|f| f.map(|(t, _)| t)).collect())
+}
+
+/// Every input: those the files gave, the rest random (`random`) at the sizes the given inputs
+/// bind (a lone symbol as a dimension), then `given`, then the hints; without `random`, a missing
+/// input is an error naming it.
+fn complete_inputs(
+    graph: &Graph,
+    from_files: Vec<Option<HostTensor>>,
+    given: &Bindings,
+    random: bool,
+    seed: u64,
+    paths: &[PathBuf],
+) -> Result<Vec<HostTensor>, String> {
+    let missing: Vec<&str> = graph
+        .inputs
+        .iter()
+        .zip(&from_files)
+        .filter(|(_, t)| t.is_none())
+        .map(|(inp, _)| inp.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(from_files.into_iter().flatten().collect());
+    }
+    if !random {
+        let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!(
+            "no tensor named {} (graph input{}) in {}; give a file with {}, or --random for the inputs no file gives",
+            missing.iter().map(|m| format!("'{}'", m.escape_debug())).collect::<Vec<_>>().join(", "),
+            if missing.len() == 1 { "" } else { "s" },
+            files.join(", "),
+            if missing.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    let mut sizes = given.clone();
+    for (decl, t) in graph.inputs.iter().zip(&from_files) {
+        let Some(t) = t else { continue };
+        for (&d, &n) in decl.shape.iter().zip(&t.shape) {
+            if let Some(id) = graph.env.pool().as_symbol(d) {
+                if sizes.get(id).is_none() {
+                    sizes.set(id, n as i64);
+                }
+            }
+        }
+    }
+    let random = random_inputs_where(graph, &sizes, seed, |k| from_files[k].is_none())?;
+    Ok(from_files
+        .into_iter()
+        .zip(random)
+        .map(|(f, r)| f.or(r).expect("every input given or random"))
+        .collect())
 }
 
 const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
@@ -414,6 +473,20 @@ pub(super) fn random_inputs(
     given: &Bindings,
     seed: u64,
 ) -> Result<Vec<HostTensor>, String> {
+    Ok(random_inputs_where(graph, given, seed, |_| true)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// Random values for the inputs `wanted` picks (by index; `None` for the others); input `k`'s
+/// values depend on the seed and `k` alone.
+fn random_inputs_where(
+    graph: &Graph,
+    given: &Bindings,
+    seed: u64,
+    wanted: impl Fn(usize) -> bool,
+) -> Result<Vec<Option<HostTensor>>, String> {
     let mut env = graph.env.clone();
     let mut b = given.clone();
     for i in 0..env.pool().symbol_count() {
@@ -426,19 +499,23 @@ pub(super) fn random_inputs(
     let shapes = graph
         .inputs
         .iter()
-        .map(|inp| {
-            inp.shape
+        .enumerate()
+        .filter(|&(k, _)| wanted(k))
+        .map(|(k, inp)| {
+            let shape = inp
+                .shape
                 .iter()
                 .map(|&d| {
                     env.evaluate(d, &b)
                         .map(|v| v.max(0) as usize)
                         .map_err(|e| format!("input '{}': {e}", inp.name))
                 })
-                .collect::<Result<Vec<_>, _>>()
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((k, shape))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, String>>()?;
     // Host tensors hold 8 bytes an element: refuse what cannot fit rather than abort.
-    let elements = shapes.iter().try_fold(0usize, |acc, s| {
+    let elements = shapes.iter().try_fold(0usize, |acc, (_, s)| {
         s.iter()
             .try_fold(1usize, |p, &d| p.checked_mul(d))
             .and_then(|n| acc.checked_add(n))
@@ -447,12 +524,10 @@ pub(super) fn random_inputs(
         Some(n) if n <= MAX_RANDOM_ELEMENTS => {}
         _ => return Err(format!("random inputs of these sizes would exceed {MAX_RANDOM_ELEMENTS} elements; bind smaller sizes with --bind")),
     }
-    Ok(graph
-        .inputs
-        .iter()
-        .zip(shapes)
-        .enumerate()
-        .map(|(k, (inp, shape))| {
+    let mut out: Vec<Option<HostTensor>> = vec![None; graph.inputs.len()];
+    for (k, shape) in shapes {
+        let inp = &graph.inputs[k];
+        out[k] = Some({
             let t = HostTensor::random(
                 inp.dtype,
                 &shape,
@@ -469,8 +544,9 @@ pub(super) fn random_inputs(
                 }
                 _ => t,
             }
-        })
-        .collect())
+        });
+    }
+    Ok(out)
 }
 
 fn output_names(graph: &Graph) -> Vec<String> {

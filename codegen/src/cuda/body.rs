@@ -79,7 +79,8 @@ impl Scope<'_> {
     }
 
     fn error(&mut self, message: String) -> usize {
-        self.errors.push(format!("{}: {message}", self.what));
+        self.errors
+            .push(guardless_ir::loop_ir::kernel_error(&self.what, &message));
         self.errors.len()
     }
 }
@@ -216,7 +217,10 @@ pub fn render(body: &Body, prefix: &str, sc: &mut Scope, indent: &str) -> (Strin
             } => {
                 let v = guardless_ir::sym::cuda_symbol(&sc.env.text(var));
                 let size = sc.index(size);
-                let code = sc.error(format!("an index of {v} is out of range"));
+                let code = sc.error(match sc.env.index_origin(var) {
+                    Some(origin) => format!("{origin}: an index is out of range"),
+                    None => format!("an index of {v} is out of range"),
+                });
                 let idx = sc.idx;
                 let _ = writeln!(out, "{indent}{idx} {v} = ({idx}){};", name(value));
                 let guard = mask.map(|m| format!("{} && ", name(m))).unwrap_or_default();

@@ -317,6 +317,17 @@ pub struct Program {
     pub writes_back: Vec<WriteBack>,
 }
 
+/// A run-time error raised inside the kernel described by `kernel` (`buffer buf2 (mean)`): a
+/// message that names the graph node it is about (`node 'emb' (aten.embedding.default): …`, the
+/// op the user wrote) comes first, the kernel after; any other is prefixed by the kernel.
+pub fn kernel_error(kernel: &str, message: &str) -> String {
+    if message.starts_with("node '") {
+        format!("{message} (in the kernel of {kernel})")
+    } else {
+        format!("{kernel}: {message}")
+    }
+}
+
 /// Output `output` (an index into `Program::outputs`) is copied into graph input `input` once
 /// the call's kernels are done; lowering proved (or asserts at run time) equal shapes and dtypes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -67,6 +67,7 @@ pub(super) fn indexed(
     let (src_ld, idx_ld) = (src.loader.clone(), index.loader.clone());
     let index_rank = index.sizes.len();
     let kind = name.to_string();
+    let origin = l.origin();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let (at_index, mut at_src): (Vec<Expr>, Vec<Expr>) = match kind.as_str() {
             "embedding" => (
@@ -87,8 +88,7 @@ pub(super) fn indexed(
         };
         let v = idx_ld(c, &at_index);
         let v = c.body.cast(v, crate::graph::DType::I64);
-        let t = c.env.new_index_var("t", size);
-        c.body.bind(t, v, size);
+        let t = c.bind_index(v, size, &origin);
         at_src[dim] = t;
         src_ld(c, &at_src)
     });
@@ -170,6 +170,7 @@ pub(super) fn index_plan(
     let (nb, nbefore) = (bsizes.len(), before.len());
     let src_sizes = src_sizes.to_vec();
     let loaders: Vec<Loader> = tensors.iter().map(|t| t.loader.clone()).collect();
+    let origin = l.origin();
     let source = Rc::new(move |c: &mut Ctx, out: &[Expr]| {
         let b_idx = &out[nbefore..nbefore + nb];
         let mut src = vec![c.env.pool_mut().zero(); rank];
@@ -190,8 +191,7 @@ pub(super) fn index_plan(
             let size = c.body.index(src_sizes[p]);
             let wrapped = c.body.binary(crate::loop_ir::BinaryOp::Add, v, size);
             let v = c.body.where_(neg, wrapped, v);
-            let t = c.env.new_index_var("t", src_sizes[p]);
-            c.body.bind(t, v, src_sizes[p]);
+            let t = c.bind_index(v, src_sizes[p], &origin);
             src[p] = t;
         }
         src

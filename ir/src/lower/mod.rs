@@ -60,6 +60,17 @@ pub struct Ctx<'a> {
     pub body: &'a mut BodyBuilder,
 }
 
+impl Ctx<'_> {
+    /// A fresh index variable over `0..size` bound to the data-dependent `value` (checked at run
+    /// time: a value out of range is an error that names `origin`, the node that indexes).
+    pub fn bind_index(&mut self, value: ValueId, size: Expr, origin: &str) -> Expr {
+        let t = self.env.new_index_var("t", size);
+        self.env.set_index_origin(t, origin);
+        self.body.bind(t, value, size);
+        t
+    }
+}
+
 /// Emits the ops for the element at the given indices; returns a value in the tensor's compute
 /// dtype (f32 for f16/bf16).
 pub type Loader = Rc<dyn Fn(&mut Ctx, &[Expr]) -> ValueId>;
@@ -125,6 +136,8 @@ pub(crate) struct Lowerer<'g> {
     writes_back: Vec<WriteBack>,
     /// While a node is lowered by its 0-d rule (`zero_dim`): its 0-d tensors viewed as `[1]`.
     substitutes: Vec<(TensorRef, LTensor)>,
+    /// The node being lowered.
+    current: usize,
 }
 
 impl<'g> Lowerer<'g> {
@@ -176,11 +189,21 @@ impl<'g> Lowerer<'g> {
             outputs: Vec::new(),
             writes_back: Vec::new(),
             substitutes: Vec::new(),
+            current: 0,
+        }
+    }
+
+    /// The node being lowered as errors name it: `node 'emb' (aten.embedding.default)`.
+    pub fn origin(&self) -> String {
+        match self.graph.nodes.get(self.current) {
+            Some(n) => format!("node '{}' ({})", n.name, n.op),
+            None => "the graph's outputs".into(),
         }
     }
 
     fn run(&mut self) -> Result<(), LowerError> {
         for (i, node) in self.graph.nodes.iter().enumerate() {
+            self.current = i;
             let outs = ops::lower_node(self, node).map_err(|e| match e {
                 NodeError::Unsupported => LowerError::Unsupported {
                     node: node.name.clone(),
@@ -228,6 +251,7 @@ impl<'g> Lowerer<'g> {
             }
             self.values.push(outs);
         }
+        self.current = self.graph.nodes.len();
         for o in &self.graph.outputs {
             let t = self.tensor(&o.tensor).map_err(|message| LowerError::Node {
                 node: "outputs".into(),

@@ -236,6 +236,7 @@ fn scatter_into(
     let size = x.sizes[dim];
     let base = l.realize(x, &n.name);
     let vars = l.index_vars("x", &index.sizes);
+    let origin = l.origin();
     let mut body = BodyBuilder::default();
     let mut c = Ctx {
         env: &mut l.env,
@@ -243,8 +244,7 @@ fn scatter_into(
     };
     let i = (index.loader)(&mut c, &vars);
     let i = c.body.cast(i, DType::I64);
-    let t = c.env.new_index_var("t", size);
-    c.body.bind(t, i, size);
+    let t = c.bind_index(i, size, &origin);
     let mut at = vars.clone();
     at[dim] = t;
     let v = match (&src, values) {
@@ -397,6 +397,7 @@ pub(super) fn masked_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let counts = view(l, counts, &sizes)?;
     let src_len = numel(l, &source.sizes);
     let source = view(l, source, &[src_len])?;
+    let origin = l.origin();
     let (lx, lm, lc, ls) = (
         x.loader.clone(),
         mask.loader.clone(),
@@ -412,8 +413,7 @@ pub(super) fn masked_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         let count = lc(c, idx);
         let one = c.body.constant(Constant::Int(1), DType::I64);
         let at = c.body.binary(BinaryOp::Sub, count, one);
-        let t = c.env.new_index_var("t", src_len);
-        c.body.bind(t, at, src_len);
+        let t = c.bind_index(at, src_len, &origin);
         let v = ls(c, &[t]);
         let v = c.body.cast(v, cd);
         c.body.exit_mask(outer);

@@ -397,6 +397,7 @@ pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) ->
     let mut sizes = x.sizes[..rank - 2].to_vec();
     sizes.extend(outs);
     let xl = x.loader.clone();
+    let origin = l.origin();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx[..rank - 2].to_vec();
         for i in 0..2 {
@@ -426,8 +427,7 @@ pub(super) fn upsample_nearest2d(l: &mut Lowerer, n: &GraphNode, exact: bool) ->
             };
             let last = c.body.index(last);
             let p = c.body.binary(BinaryOp::Min, p, last);
-            let var = c.env.new_index_var("t", ins[i]);
-            c.body.bind(var, p, ins[i]);
+            let var = c.bind_index(p, ins[i], &origin);
             src.push(var);
         }
         xl(c, &src)
@@ -455,6 +455,7 @@ pub(super) fn upsample_bilinear2d(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> 
     let mut sizes = x.sizes[..rank - 2].to_vec();
     sizes.extend(outs);
     let xl = x.loader.clone();
+    let origin = l.origin();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let float = |c: &mut Ctx, v: f64| c.body.constant(Constant::float(v), cd);
         // Per dimension: the two source indices (bound variables) and their weights.
@@ -506,12 +507,8 @@ pub(super) fn upsample_bilinear2d(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> 
             let inside = c.body.binary(BinaryOp::Lt, i0, last);
             let step = c.body.cast(inside, DType::I64);
             let i1 = c.body.binary(BinaryOp::Add, i0, step);
-            let (v0, v1) = (
-                c.env.new_index_var("t", ins[i]),
-                c.env.new_index_var("t", ins[i]),
-            );
-            c.body.bind(v0, i0, ins[i]);
-            c.body.bind(v1, i1, ins[i]);
+            let v0 = c.bind_index(i0, ins[i], &origin);
+            let v1 = c.bind_index(i1, ins[i], &origin);
             let lam0 = c.body.binary(BinaryOp::Sub, one, lam);
             taps.push([(v0, lam0), (v1, lam)]);
         }

@@ -89,6 +89,7 @@ pub(super) fn search_sorted(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTe
     let hi = l.env.bound(len).hi.clamp(0, i64::MAX as i128) as u128;
     let steps = 128 - hi.leading_zeros();
     let (seq_ld, val_ld) = (seq.loader.clone(), values.loader.clone());
+    let origin = l.origin();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let v = val_ld(c, idx);
         let v = c.body.cast(v, cd);
@@ -103,13 +104,11 @@ pub(super) fn search_sorted(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<LTe
             let half = c.body.binary(BinaryOp::FloorDiv, span, two);
             let mid = c.body.binary(BinaryOp::Add, lo, half);
             let outer = c.body.enter_mask(active);
-            let mut at = c.env.new_index_var("t", len);
-            c.body.bind(at, mid, len);
+            let mut at = c.bind_index(mid, len, &origin);
             if let Some(sorter) = &sorter {
                 let p: Vec<Expr> = row.iter().copied().chain([at]).collect();
                 let s = sorter(c, &p);
-                at = c.env.new_index_var("t", len);
-                c.body.bind(at, s, len);
+                at = c.bind_index(s, len, &origin);
             }
             let p: Vec<Expr> = row.iter().copied().chain([at]).collect();
             let s = seq_ld(c, &p);

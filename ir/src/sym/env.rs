@@ -67,6 +67,9 @@ pub struct ShapeEnv {
     index_counters: FxHashMap<String, usize>,
     /// Derived symbols by the expression each stands for.
     derived_by_key: FxHashMap<Expr, Expr>,
+    /// What a data-dependent index variable indexes (`node 'emb' (aten.embedding.default)`), for
+    /// the error of a value out of range: the op the user wrote, not the kernel it was fused into.
+    index_origins: FxHashMap<Expr, String>,
 }
 
 impl Default for ShapeEnv {
@@ -103,6 +106,7 @@ impl ShapeEnv {
             range_memo: Memo::new(ValueRange::UNBOUNDED.into()),
             hint_memo: Memo::new(0),
             index_counters: FxHashMap::default(),
+            index_origins: FxHashMap::default(),
             derived_by_key: FxHashMap::default(),
         }
     }
@@ -284,6 +288,17 @@ impl ShapeEnv {
         let v = self.unbacked_value(&name, Some(0), hi, None);
         self.pool.adding_index = false;
         v.expect("fresh names are valid")
+    }
+
+    /// Records what the index variable `var` indexes (see [`ShapeEnv::index_origin`]).
+    pub fn set_index_origin(&mut self, var: Expr, origin: &str) {
+        self.index_origins.insert(var, origin.to_string());
+    }
+
+    /// What the index variable `var` indexes, as an error names it: `node 'emb'
+    /// (aten.embedding.default)`; `None` when lowering did not say.
+    pub fn index_origin(&self, var: Expr) -> Option<&str> {
+        self.index_origins.get(&var).map(String::as_str)
     }
 
     fn fresh_name(&self, prefix: &str) -> String {

@@ -330,7 +330,9 @@ pub fn failure_class(message: &str) -> &'static str {
     let index_value = message.split("index ").skip(1).any(|rest| {
         let rest = rest.trim_start_matches('-');
         let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        digits > 0 && rest[digits..].starts_with(" is out of range [")
+        digits > 0
+            && (rest[digits..].starts_with(" is out of range [")
+                || rest[digits..].starts_with(" is out of range for size "))
     });
     use guardless_ir::loop_ir::Check;
     let data_check = [

@@ -364,9 +364,18 @@ fn bytes_of(py: Python<'_>, words: Vec<u64>) -> PyResult<Bound<'_, PyArray1<u8>>
         .map_err(PyErr::from)
 }
 
+/// The `guardless` command line (`argv`: the program's name, then its arguments), as the binary
+/// runs it: prints its output and errors, returns the exit status. `pip install` puts it on the
+/// PATH as `guardless` (python/guardless/cli.py).
+#[pyfunction]
+fn cli(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(move || guardless::cli::main_with_args(argv))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_class::<CompiledGraph>()?;
     m.add_function(wrap_pyfunction!(compile_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;

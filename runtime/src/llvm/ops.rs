@@ -120,10 +120,13 @@ impl<'a, 'c> Emitter<'a, 'c> {
                     let off = b.build_not(c, "")?;
                     ok = b.build_or(ok, off, "")?;
                 }
-                let message = format!(
-                    "index {{0}} is out of range [0, {{1}}) for {}",
-                    self.env.text(var)
-                );
+                let message = match self.env.index_origin(var) {
+                    Some(origin) => format!("{origin}: index {{0}} is out of range for size {{1}}"),
+                    None => format!(
+                        "index {{0}} is out of range [0, {{1}}) for {}",
+                        self.env.text(var)
+                    ),
+                };
                 self.require_with(ok, message, &[v, n])?;
                 let id = self
                     .env

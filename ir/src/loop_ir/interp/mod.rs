@@ -20,7 +20,7 @@ use crate::tensor::{round_to, wrap_to};
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum RunError {
-    #[error("buffer {buffer} ({origins}): {message}")]
+    #[error("{}", super::kernel_error(&format!("buffer {buffer} ({origins})"), message))]
     Buffer {
         buffer: String,
         origins: String,
@@ -195,10 +195,15 @@ impl Program {
                     let v = vals[value.0 as usize].i();
                     let n = self.env.evaluate(size, b).map_err(|e| e.to_string())?;
                     if !(0..n).contains(&v) {
-                        return Err(format!(
-                            "index {v} is out of range [0, {n}) for {}",
-                            self.env.text(var)
-                        ));
+                        return Err(match self.env.index_origin(var) {
+                            Some(origin) => {
+                                format!("{origin}: index {v} is out of range for size {n}")
+                            }
+                            None => format!(
+                                "index {v} is out of range [0, {n}) for {}",
+                                self.env.text(var)
+                            ),
+                        });
                     }
                     b.set(
                         self.env

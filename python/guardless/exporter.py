@@ -13,6 +13,7 @@ import json
 import math
 import operator
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -99,31 +100,111 @@ def _integral(expr):
     return expr.replace(lambda e: isinstance(e, TruncToInt), rewrite)
 
 
-def _expr(v) -> str:
-    """A SymInt/SymBool/int as the graph format's symbolic text."""
+def _expr(v, renames: dict | None = None) -> str:
+    """A SymInt/SymBool/int as the graph format's symbolic text, symbols renamed by `renames`."""
     if isinstance(v, torch.SymFloat):
         raise ExportError(f"the float {v.node.expr} (from sizes or read from a tensor): guardless's symbols are integers")
     if isinstance(v, (torch.SymInt, torch.SymBool)):
-        return str(_integral(v.node.expr))
+        e = _integral(v.node.expr)
+        if renames:
+            import sympy
+
+            e = e.xreplace({k: sympy.Symbol(name) for k, name in renames.items()})
+        return str(e)
     if isinstance(v, bool):
         return "True" if v else "False"
     return str(int(v))
+
+
+def _input_ranks(names: list[str], example_inputs) -> str:
+    return ", ".join(
+        f"{n} (rank {x.dim()})" if isinstance(x, torch.Tensor) else f"{n} (not a tensor)"
+        for n, x in zip(names, example_inputs)
+    )
+
+
+def _check_input_dims(what: str, spec: dict, example_inputs, names: list[str]) -> None:
+    """Every input name of `spec` (`{input: {dim: …}}`) names an input, every dim is in range."""
+    by_name = dict(zip(names, example_inputs))
+    for name, dims in spec.items():
+        if name not in by_name:
+            raise ExportError(
+                f"{what} names the input '{name}', which the model does not take; its inputs are: "
+                f"{_input_ranks(names, example_inputs)}"
+            )
+        x = by_name[name]
+        if dims is None:
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise ExportError(f"{what}['{name}']: the input '{name}' is not a tensor")
+        if not isinstance(dims, dict):
+            # torch.export's tuple/list form: one entry per dimension.
+            if isinstance(dims, (list, tuple)) and len(dims) != x.dim():
+                raise ExportError(
+                    f"{what}['{name}'] gives {len(dims)} dimensions; '{name}' has rank {x.dim()}"
+                )
+            continue
+        for d in dims:
+            if not isinstance(d, int) or not -x.dim() <= d < x.dim():
+                raise ExportError(
+                    f"{what}['{name}'] names dimension {d!r}; '{name}' has rank {x.dim()} "
+                    f"(shape {list(x.shape)})"
+                )
+
+
+_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Words of the symbolic syntax (docs/symbolic-engine.md) a symbol may not be called.
+_RESERVED = {"True", "False", "and", "or", "not", "oo", "inf", "nan", "Min", "Max", "Mod", "Eq", "Ne", "Where"}
 
 
 def unbacked_spec(example_inputs, unbacked: dict, names: list[str]):
     """`dynamic_shapes` making the given dims unbacked: `{input: {dim: (name, min, max)}}`."""
     from torch.fx.experimental.dynamic_spec import ShapesSpec, ShapeVar, TensorSpec
 
+    _check_input_dims("unbacked", unbacked, example_inputs, names)
+    seen: dict = {}
     specs = {}
     for name, x in zip(names, example_inputs):
         dims = unbacked.get(name)
         if dims is None:
             continue
         shape = [None] * x.dim()
-        for d, (sym, lo, hi) in dims.items():
+        for d, spec in dims.items():
+            if not (isinstance(spec, (tuple, list)) and len(spec) == 3):
+                raise ExportError(f"unbacked['{name}'][{d}] is {spec!r}; expected (symbol, min, max)")
+            sym, lo, hi = spec
+            if not isinstance(sym, str) or not _SYMBOL_NAME.match(sym) or sym in _RESERVED:
+                raise ExportError(
+                    f"unbacked['{name}'][{d}]: {sym!r} is not a symbol name (letters, digits and _, "
+                    f"not starting with a digit, not one of {sorted(_RESERVED)})"
+                )
+            if sym in seen and seen[sym] != (lo, hi):
+                raise ExportError(f"unbacked: the symbol '{sym}' is given two ranges, {seen[sym]} and {(lo, hi)}")
+            seen[sym] = (lo, hi)
             shape[d] = ShapeVar(sym, min=lo, max=hi)
         specs[name] = TensorSpec(shape)
     return ShapesSpec(specs)
+
+
+def _user_symbols(ep: ExportedProgram, unbacked: dict, names: list[str]) -> dict:
+    """torch's symbol (`u0`) → the user's name (`n`) for each dimension named in `unbacked`."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    renames: dict = {}
+    for pos, pname in enumerate(names):
+        for d, (sym, _, _) in (unbacked.get(pname) or {}).items():
+            if pos >= len(user):
+                continue
+            size = placeholders[user[pos]].meta["val"].shape[d]
+            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                renames.setdefault(size.node.expr, sym)
+    taken = {str(s) for s in ep.range_constraints} - {str(s) for s in renames}
+    for torch_sym, sym in renames.items():
+        if sym in taken:
+            raise ExportError(
+                f"unbacked: the name '{sym}' is also the name torch gave another symbol; choose another"
+            )
+    return renames
 
 
 def export(
@@ -137,29 +218,66 @@ def export(
     """Exports `model` called on `example_inputs`.
 
     `dynamic_shapes` is torch.export's. `unbacked` (`{input: {dim: (symbol, min, max)}}`) makes those
-    dimensions unbacked instead; `optimization_hints` maps unbacked symbol names to the size to tune
-    for.
+    dimensions unbacked instead, and the graph calls them by the given symbol names;
+    `optimization_hints` maps unbacked symbol names to the size to tune for. An input name, a
+    dimension or a symbol that matches nothing is an error naming what there is.
     """
     if not torch.__version__.startswith(SUPPORTED_TORCH):
         raise ExportError(f"torch {torch.__version__}: the exporter supports {SUPPORTED_TORCH}")
     import inspect
 
     params = list(inspect.signature(model.forward).parameters)
+    if unbacked is not None and dynamic_shapes is not None:
+        raise ExportError("give either unbacked or dynamic_shapes, not both")
+    if isinstance(dynamic_shapes, dict):
+        _check_input_dims("dynamic_shapes", dynamic_shapes, example_inputs, params)
     if unbacked:
         dynamic_shapes = unbacked_spec(example_inputs, unbacked, params)
-    ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    try:
+        ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    except Exception as e:
+        hint = _data_dependent_advice(e, unbacked or {}, params)
+        if hint is None:
+            raise
+        raise ExportError(hint) from e
     ep = ep.run_decompositions(_decompositions())
-    hints = dict(optimization_hints or {})
-    if unbacked:
-        # torch names the symbols itself (u0, …): hints given by the user's names follow them.
-        user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-        placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-        for pos, pname in enumerate(params):
-            for d, (sym, _, _) in unbacked.get(pname, {}).items():
-                if sym in hints and pos < len(user):
-                    actual = _expr(placeholders[user[pos]].meta["val"].shape[d])
-                    hints[actual] = hints.pop(sym)
-    return from_exported(ep, hints, name or type(model).__name__)
+    renames = _user_symbols(ep, unbacked, params) if unbacked else {}
+    return from_exported(ep, dict(optimization_hints or {}), name or type(model).__name__, renames)
+
+
+def _data_dependent_advice(e: Exception, unbacked: dict, names: list[str]) -> str | None:
+    """What to do when the model's code branches on an unbacked size torch cannot decide.
+
+    Typically `Eq(u0, 1)`: code that treats a size of 1 specially (Hugging Face's attention mask for
+    one token, a broadcast) cannot be traced for a range that includes 1."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    if not isinstance(e, GuardOnDataDependentSymNode):
+        return None
+    text = str(e)
+    cond = str(getattr(e, "cond", "")) or text.splitlines()[0]
+    named = [
+        f"'{sym}' (input '{inp}' dimension {d}, range {lo}..{hi})"
+        for inp, dims in unbacked.items()
+        for d, (sym, lo, hi) in (dims or {}).items()
+    ]
+    ones = [
+        f"'{sym}'" for dims in unbacked.values() for (sym, lo, _) in (dims or {}).values() if lo is not None and lo <= 1
+    ]
+    advice = (
+        f"the model's code branches on {cond}, which torch cannot decide for an unbacked size "
+        f"without a guard (torch.export's data-dependent error)"
+    )
+    if named:
+        advice += "; unbacked here: " + ", ".join(named)
+    if ones and ("1" in cond):
+        advice += (
+            f". A range that includes 1 makes code that treats a size of 1 specially (a broadcast, "
+            f"Hugging Face's attention mask for one token) undecidable: start the range of "
+            f"{', '.join(ones)} at 2, and export the size-1 path (decode) as its own graph, or "
+            f"mark the size backed"
+        )
+    return advice + f".\ntorch said: {text.splitlines()[0]}"
 
 
 def _backed_values(shape_env) -> dict:
@@ -169,7 +287,8 @@ def _backed_values(shape_env) -> dict:
     return shape_env.var_to_val
 
 
-def _symbols(ep: ExportedProgram, hints: dict) -> list[dict]:
+def _symbols(ep: ExportedProgram, hints: dict, renames: dict | None = None) -> list[dict]:
+    renames = renames or {}
     shape_env = None
     for n in ep.graph.nodes:
         v = n.meta.get("val")
@@ -177,17 +296,29 @@ def _symbols(ep: ExportedProgram, hints: dict) -> list[dict]:
             shape_env = v.fake_mode.shape_env
             break
     out = []
+    unbacked = []
+    hints = dict(hints)
     for sym, vr in ep.range_constraints.items():
-        name = str(sym)
+        name = renames.get(sym, str(sym))
         lo = int(vr.lower) if math.isfinite(float(vr.lower)) else None
         hi = int(vr.upper) if math.isfinite(float(vr.upper)) else None
         backed = shape_env is not None and sym in _backed_values(shape_env)
         entry = {"name": name, "kind": "backed" if backed else "unbacked", "min": lo, "max": hi}
         if backed:
             entry["hint"] = int(_backed_values(shape_env)[sym])
-        elif name in hints:
-            entry["optimization_hint"] = int(hints[name])
+        else:
+            unbacked.append(name)
+            # The hint by the graph's name, or by torch's when the user renamed it.
+            for key in (name, str(sym)):
+                if key in hints:
+                    entry["optimization_hint"] = int(hints.pop(key))
+                    break
         out.append(entry)
+    if hints:
+        raise ExportError(
+            f"optimization_hints names {sorted(hints)}, which {'is' if len(hints) == 1 else 'are'} not an "
+            f"unbacked symbol of the exported graph; its unbacked symbols are: {sorted(unbacked) or 'none'}"
+        )
     out.sort(key=lambda s: s["name"])
     return out
 
@@ -218,7 +349,8 @@ _ALIASES = {
 
 
 class _Writer:
-    def __init__(self):
+    def __init__(self, renames: dict | None = None):
+        self.renames = renames or {}
         self.refs: dict = {}  # fx node → JSON value standing for it
         self.nodes: list[dict] = []
         self.asserts: list[str] = []
@@ -242,6 +374,9 @@ class _Writer:
             graph["asserts"] = self.asserts
         return graph
 
+    def expr(self, v) -> str:
+        return _expr(v, self.renames)
+
     def value(self, a, schema_type=None):
         if isinstance(a, torch.fx.Node):
             if a not in self.refs:
@@ -260,7 +395,7 @@ class _Writer:
                 return {"float": "nan"}
             return a
         if isinstance(a, (torch.SymInt, torch.SymBool)):
-            return _expr(a)
+            return self.expr(a)
         if isinstance(a, torch.dtype):
             return {"dtype": _DTYPES[a]}
         if isinstance(a, torch.device):
@@ -275,7 +410,7 @@ class _Writer:
 
     def placeholder(self, n: torch.fx.Node, kind: str, inputs: list):
         v = n.meta["val"]
-        entry = {"name": n.name, "dtype": _DTYPES[v.dtype], "shape": [_expr(d) if not isinstance(d, int) else d for d in v.shape]}
+        entry = {"name": n.name, "dtype": _DTYPES[v.dtype], "shape": [self.expr(d) if not isinstance(d, int) else d for d in v.shape]}
         if kind != "user":
             entry["kind"] = kind
         inputs.append(entry)
@@ -299,10 +434,10 @@ class _Writer:
             return
         if t in _SYM_OPS or _is_size_op(t):
             # A size expression: its value is the expression.
-            self.refs[n] = _expr(n.meta["val"])
+            self.refs[n] = self.expr(n.meta["val"])
             return
         if t is torch.ops.aten._assert_scalar.default:
-            self.asserts.append(_expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"]))
+            self.asserts.append(self.expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"]))
             return
         if not isinstance(t, torch._ops.OpOverload):
             if isinstance(n.meta.get("val"), torch.SymFloat):
@@ -336,12 +471,12 @@ class _Writer:
         v = n.meta.get("val")
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             try:
-                node["symbol"] = _expr(v)
+                node["symbol"] = self.expr(v)
             except ExportError as e:
                 self.errors.append(f"node '{n.name}' ({op}): {e}")
                 return
         elif isinstance(v, torch.Tensor) and any(not isinstance(d, int) and str(d.node.expr).startswith("u") and d.node.expr.is_symbol for d in v.shape):
-            node["shape"] = [_expr(d) if not isinstance(d, int) else d for d in v.shape]
+            node["shape"] = [self.expr(d) if not isinstance(d, int) else d for d in v.shape]
         self.nodes.append(node)
         # A scalar read from a tensor is used through its symbol.
         self.refs[n] = node["symbol"] if "symbol" in node else {"tensor": n.name}
@@ -374,8 +509,10 @@ def _mutations(ep: ExportedProgram, outputs: list, errors: list) -> list:
     return marked
 
 
-def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
-    w = _Writer()
+def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | None = None) -> Exported:
+    """The graph of `ep`; `hints` maps unbacked symbols (by their names in the graph, or torch's) to
+    optimization hints; `renames` maps torch's symbols to the names the graph gives them."""
+    w = _Writer(renames)
     kinds = {}
     params = {}
     state = dict(ep.state_dict)
@@ -420,4 +557,4 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str) -> Exported:
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
     outputs = _mutations(ep, outputs, w.errors)
-    return Exported(w.graph(name, _symbols(ep, hints), inputs, outputs), params)
+    return Exported(w.graph(name, _symbols(ep, hints, w.renames), inputs, outputs), params)

@@ -1,0 +1,5 @@
+"""`python -m guardless …`: the `guardless` command."""
+
+from .cli import main
+
+main()
