@@ -119,3 +119,91 @@ fn bad_bench_arguments_are_clear_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `--plot`: an SVG that parses as XML with the three timed lines, both panels' axes and the
+/// legends; a PNG of the plot's size. Anything else is refused before timing.
+#[test]
+fn the_plot_is_an_svg_or_a_png_of_the_table() {
+    let dir = std::env::temp_dir().join(format!("guardless-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = example("rms_norm.unbacked.json");
+    let bench = |plot: &std::path::Path, compare: bool| {
+        let plot = plot.to_str().unwrap().to_string();
+        let mut args = vec![
+            "bench", &path, "--device", "cpu", "--sizes", "n=1,8,64", "--warmup", "0", "--iters",
+            "1", "--plot", &plot,
+        ];
+        if compare {
+            args.push("--compare-backed");
+        }
+        let (ok, _, err) = guardless(&args);
+        assert!(ok, "{err}");
+    };
+    let svg = dir.join("bench.svg");
+    bench(&svg, true);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("the SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    for want in [
+        "unbacked (compiled once)",
+        "backed (compiled per size)",
+        "static (compiled per size)",
+        "unbacked / static",
+        "unbacked / backed",
+        "µs per call (median)",
+        "n",
+    ] {
+        assert!(texts.contains(&want), "no text {want:?} in {texts:?}");
+    }
+    // Three timed lines and two ratio lines (plus the line at 1 and the legend's samples), each
+    // through its three sizes.
+    let lines: Vec<usize> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            n.attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
+        .collect();
+    assert!(lines.iter().filter(|&&k| k == 3).count() >= 5, "{lines:?}");
+
+    // Without --compare-backed: the unbacked line alone, no ratio panel.
+    bench(&svg, false);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap();
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    assert!(texts.contains(&"unbacked (compiled once)"), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("static")), "{texts:?}");
+
+    let png = dir.join("bench.png");
+    bench(&png, true);
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!((&bytes[12..16], be(16), be(20)), (&b"IHDR"[..], 960, 720));
+
+    let (ok, _, err) = guardless(&[
+        "bench",
+        &path,
+        "--device",
+        "cpu",
+        "--sizes",
+        "n=1",
+        "--plot",
+        "table.pdf",
+    ]);
+    assert!(!ok && err.contains("expected a .svg or .png file"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

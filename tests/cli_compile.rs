@@ -55,7 +55,7 @@ fn the_manifest_is_json_and_unknown_emits_are_refused() {
     let (ok, _, err) = compile("softmax.unbacked.json", "llvm");
     assert!(!ok);
     assert!(
-        err.contains("expected schedule, manifest, cuda or ptx"),
+        err.contains("expected schedule, dot, manifest, cuda or ptx"),
         "{err}"
     );
     let (ok, _, err) = compile("softmax.unbacked.json", "cuda,schedule");
@@ -188,4 +188,178 @@ fn an_empty_cache_dir_disables_the_cache() {
         "written into the working directory: {left:?}"
     );
     std::fs::remove_dir_all(&cwd).ok();
+}
+
+/// The statements of a DOT document as this checker reads them: node declarations
+/// (`id [attrs];`) and edges (`a -> b [attrs];`), with every quoted string closed and the
+/// braces balanced; an error says what is malformed.
+fn dot_statements(text: &str) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+    let body = text
+        .trim()
+        .strip_prefix("digraph schedule {")
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or("not `digraph schedule { … }`")?;
+    let (mut nodes, mut edges) = (Vec::new(), Vec::new());
+    for line in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let stmt = line.strip_suffix(';').ok_or(format!("no `;`: {line}"))?;
+        // Quoted strings: closed, escapes only of quotes and backslashes (or \l line ends).
+        let (mut quoted, mut chars) = (false, stmt.chars());
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '\\') => match chars.next() {
+                    Some('"' | '\\' | 'l') => {}
+                    other => return Err(format!("escape \\{other:?} in {line}")),
+                },
+                (_, '"') => quoted = !quoted,
+                (false, '{' | '}') => return Err(format!("a brace outside a label: {line}")),
+                _ => {}
+            }
+        }
+        if quoted {
+            return Err(format!("an unclosed string: {line}"));
+        }
+        let head = stmt.split(" [").next().unwrap_or(stmt);
+        let is_id = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric());
+        match head.split_once(" -> ") {
+            Some((a, b)) if is_id(a) && is_id(b) => edges.push((a.into(), b.into())),
+            None if matches!(head, "node" | "edge") || head.starts_with("rankdir=") => {}
+            None if is_id(head) => nodes.push(head.to_string()),
+            _ => return Err(format!("not a statement: {line}")),
+        }
+    }
+    Ok((nodes, edges))
+}
+
+/// `--emit dot`: for every example graph, a Graphviz graph with a node per kernel and library
+/// step (as many as the text schedule counts), edges only between declared nodes, every kernel
+/// reached, the outputs reached; and Graphviz's `dot` lays it out (`ci/setup` installs it; under
+/// CI a missing `dot` fails, elsewhere the layout check reports itself skipped).
+#[test]
+fn the_schedule_as_a_graphviz_graph() {
+    let dot_found = Command::new("dot").arg("-V").output().is_ok();
+    if !dot_found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "Graphviz's dot is missing: ci/setup installs it"
+        );
+        eprintln!(
+            "\ntest-skipped: the_schedule_as_a_graphviz_graph (layout by dot): no dot on PATH"
+        );
+    }
+    let dir = format!("{}/examples/graphs", env!("CARGO_MANIFEST_DIR"));
+    let mut graphs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    graphs.sort();
+    assert!(graphs.len() >= 10, "{graphs:?}");
+    for name in &graphs {
+        let (ok, text, err) = compile(name, "dot");
+        assert!(ok, "{name}: {err}");
+        let (nodes, edges) =
+            dot_statements(&text).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+        let (ok, schedule, err) = compile(name, "schedule");
+        assert!(ok, "{name}: {err}");
+        // "schedule: K kernels, L library calls"
+        let counts: Vec<usize> = schedule
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .filter_map(|w| w.trim_end_matches(',').parse().ok())
+            .collect();
+        let kernels = nodes.iter().filter(|n| n.starts_with('k')).count();
+        let library = nodes.iter().filter(|n| n.starts_with("lib")).count();
+        assert_eq!(vec![kernels, library], counts, "{name}\n{text}");
+        for (a, b) in &edges {
+            assert!(
+                nodes.contains(a) && nodes.contains(b),
+                "{name}: edge {a} -> {b}"
+            );
+        }
+        for n in nodes.iter().filter(|n| !n.starts_with("in")) {
+            assert!(
+                edges.iter().any(|(_, b)| b == n),
+                "{name}: nothing flows into {n}"
+            );
+        }
+        assert!(
+            text.contains("label=\"kernel ") && text.contains(" when "),
+            "{name}"
+        );
+        if dot_found {
+            let mut child = Command::new("dot")
+                .arg("-Tsvg")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && stderr.trim().is_empty(),
+                "{name}: dot: {stderr}"
+            );
+            let svg = String::from_utf8(out.stdout).unwrap();
+            // dot writes a DOCTYPE: allowed.
+            let options = roxmltree::ParsingOptions {
+                allow_dtd: true,
+                ..Default::default()
+            };
+            let doc =
+                roxmltree::Document::parse_with_options(&svg, options).expect("dot's SVG parses");
+            let drawn = doc
+                .descendants()
+                .filter(|n| n.attribute("class") == Some("node"))
+                .count();
+            assert_eq!(
+                drawn,
+                nodes.len(),
+                "{name}: dot drew another number of nodes"
+            );
+        }
+    }
+}
+
+/// Names are the user's text: inside a label they are escaped, never part of the DOT syntax.
+#[test]
+fn dot_labels_escape_names() {
+    let dir = std::env::temp_dir().join(format!("guardless-dot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("g.json");
+    std::fs::write(
+        &graph,
+        r#"{"format": "guardless-graph", "version": 1,
+            "inputs": [{"name": "x\" -> evil [label=\"", "dtype": "f32", "shape": [4]}],
+            "nodes": [{"name": "y}\\", "op": "aten.exp.default", "args": {"self": {"tensor": "x\" -> evil [label=\""}}}],
+            "outputs": [{"tensor": "y}\\"}]}"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+        .args(["compile", graph.to_str().unwrap(), "--emit", "dot"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (nodes, edges) = dot_statements(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(!nodes.iter().any(|n| n == "evil"), "{text}");
+    assert!(
+        edges.iter().all(|(a, b)| a != "evil" && b != "evil"),
+        "{text}"
+    );
+    assert!(text.contains(r#"x\" -> evil [label=\""#), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -296,6 +296,9 @@ pub fn run(a: BenchArgs) -> Result<String, String> {
     if a.iters == 0 {
         return Err("--iters must be at least 1".into());
     }
+    if let Some(path) = &a.plot {
+        super::plot::check(path)?;
+    }
     let ctx = |e: String| format!("{}: {e}", a.graph.display());
     let text = std::fs::read_to_string(&a.graph).map_err(|e| ctx(e.to_string()))?;
     let doc: Value = serde_json::from_str(&text).map_err(|e| ctx(e.to_string()))?;

@@ -1,8 +1,8 @@
-//! `guardless compile GRAPH --emit schedule,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]
+//! `guardless compile GRAPH --emit schedule,dot,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]
 //! [--codegen cuda|llvm-ptx]`:
-//! the scheduler's decisions as text, the launch manifest (JSON), the generated CUDA C, and the
+//! the scheduler's decisions as text or as a Graphviz graph, the launch manifest (JSON), the generated CUDA C, and the
 //! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
-//! (`schedule.txt`, `manifest.json`, `kernels.cu` with `kernels.json` — each variant's function,
+//! (`schedule.txt`, `schedule.dot`, `manifest.json`, `kernels.cu` with `kernels.json` — each variant's function,
 //! parameters and error messages —, `kernels.ptx`, `kernels.cubin`, `compile.log`); without, the
 //! one requested product is printed. NVRTC results go through the disk cache
 //! (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
@@ -16,7 +16,7 @@ use guardless_codegen::cuda::generate;
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
 
-const PRODUCTS: [&str; 4] = ["schedule", "manifest", "cuda", "ptx"];
+const PRODUCTS: [&str; 5] = ["schedule", "dot", "manifest", "cuda", "ptx"];
 
 pub fn run(
     path: &Path,
@@ -31,7 +31,7 @@ pub fn run(
     let wanted: Vec<&str> = emit.split(',').map(str::trim).collect();
     if let Some(w) = wanted.iter().find(|w| !PRODUCTS.contains(w)) {
         return Err(format!(
-            "--emit {w}: expected schedule, manifest, cuda or ptx (comma-separated)"
+            "--emit {w}: expected schedule, dot, manifest, cuda or ptx (comma-separated)"
         ));
     }
     if out_dir.is_none() && wanted.len() != 1 {
@@ -50,6 +50,9 @@ pub fn run(
     }
     if wanted.contains(&"schedule") {
         files.push(("schedule.txt".to_string(), s.to_text(&program).into_bytes()));
+    }
+    if wanted.contains(&"dot") {
+        files.push(("schedule.dot".to_string(), s.to_dot(&program).into_bytes()));
     }
     if wanted.contains(&"manifest") {
         let m = serde_json::to_string_pretty(&s.manifest(&program)).map_err(|e| e.to_string())?;

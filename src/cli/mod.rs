@@ -79,8 +79,9 @@ pub enum Command {
     Compile {
         /// The graph file.
         graph: std::path::PathBuf,
-        /// What to produce, comma-separated: `schedule` (text), `manifest` (JSON), `cuda`
-        /// (CUDA C), `ptx` (PTX and CUBIN through NVRTC).
+        /// What to produce, comma-separated: `schedule` (text), `dot` (the schedule as a
+        /// Graphviz graph: `dot -Tsvg`), `manifest` (JSON), `cuda` (CUDA C), `ptx` (PTX and
+        /// CUBIN through NVRTC).
         #[arg(long, default_value = "schedule")]
         emit: String,
         /// Write every product into this directory (a compiled artifact).

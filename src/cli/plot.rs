@@ -20,21 +20,12 @@ struct Series<'a> {
 /// `--compare-backed` `backed_us`, `static_us`, `unbacked_over_*`) to `path`, SVG or PNG by its
 /// extension. `symbol` names the size axis, `title` heads the plot.
 pub fn write(path: &Path, rows: &[Value], symbol: &str, title: &str) -> Result<(), String> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
+    let ext = check(path)?;
     let size = (960, 720);
-    if !matches!(ext.as_deref(), Some("svg" | "png")) {
-        return Err(format!(
-            "--plot {}: expected a .svg or .png file",
-            path.display()
-        ));
-    }
     // Text is laid out with a font's metrics, in an SVG too.
     register_font().map_err(|e| format!("--plot {}: {e}", path.display()))?;
-    let drawn = match ext.as_deref() {
-        Some("svg") => draw(
+    let drawn = match ext.as_str() {
+        "svg" => draw(
             SVGBackend::new(path, size).into_drawing_area(),
             rows,
             symbol,
@@ -48,6 +39,21 @@ pub fn write(path: &Path, rows: &[Value], symbol: &str, title: &str) -> Result<(
         ),
     };
     drawn.map_err(|e| format!("--plot {}: {e}", path.display()))
+}
+
+/// The plot's format from `path`'s extension (`svg` or `png`), or the error naming the file.
+pub fn check(path: &Path) -> Result<String, String> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+    {
+        Some(ext) if ext == "svg" || ext == "png" => Ok(ext),
+        _ => Err(format!(
+            "--plot {}: expected a .svg or .png file",
+            path.display()
+        )),
+    }
 }
 
 fn series<'a>(rows: &[Value], key: &str, name: &'a str, color: RGBColor) -> Option<Series<'a>> {

@@ -6,6 +6,7 @@
 
 pub(crate) mod config;
 mod deps;
+mod dot;
 mod fusion;
 mod manifest;
 mod memory;
