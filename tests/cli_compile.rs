@@ -193,7 +193,10 @@ fn an_empty_cache_dir_disables_the_cache() {
 /// The statements of a DOT document as this checker reads them: node declarations
 /// (`id [attrs];`) and edges (`a -> b [attrs];`), with every quoted string closed and the
 /// braces balanced; an error says what is malformed.
-fn dot_statements(text: &str) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+/// Node identifiers, and edges as (from, to).
+type DotStatements = (Vec<String>, Vec<(String, String)>);
+
+fn dot_statements(text: &str) -> Result<DotStatements, String> {
     let body = text
         .trim()
         .strip_prefix("digraph schedule {")
