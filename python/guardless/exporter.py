@@ -307,12 +307,24 @@ def _symbols(ep: ExportedProgram, hints: dict, renames: dict | None = None) -> l
         if backed:
             entry["hint"] = int(_backed_values(shape_env)[sym])
         else:
-            unbacked.append(name)
+            if name not in unbacked:
+                unbacked.append(name)
             # The hint by the graph's name, or by torch's when the user renamed it.
             for key in (name, str(sym)):
                 if key in hints:
                     entry["optimization_hint"] = int(hints.pop(key))
                     break
+        same = next((o for o in out if o["name"] == name), None)
+        if same is not None:
+            # Several dimensions the user called by one name (torch made a symbol for each): one
+            # symbol, in the intersection of their ranges.
+            lows = [v for v in (same["min"], lo) if v is not None]
+            highs = [v for v in (same["max"], hi) if v is not None]
+            same["min"] = max(lows) if lows else None
+            same["max"] = min(highs) if highs else None
+            if "optimization_hint" in entry:
+                same["optimization_hint"] = entry["optimization_hint"]
+            continue
         out.append(entry)
     if hints:
         raise ExportError(
@@ -437,7 +449,9 @@ class _Writer:
             self.refs[n] = self.expr(n.meta["val"])
             return
         if t is torch.ops.aten._assert_scalar.default:
-            self.asserts.append(self.expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"]))
+            cond = self.expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"])
+            if cond not in self.asserts:  # one name for several dimensions: the same assert
+                self.asserts.append(cond)
             return
         if not isinstance(t, torch._ops.OpOverload):
             if isinstance(n.meta.get("val"), torch.SymFloat):

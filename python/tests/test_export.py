@@ -166,6 +166,22 @@ class ExportTest(unittest.TestCase):
             self.assertIn("--random", r.stderr)
         self.check(e, [2, 9])
 
+    def test_one_name_for_several_dimensions_is_one_symbol(self):
+        class Two(torch.nn.Module):
+            def forward(self, a, b):
+                return a * 2, b + 1
+
+        e = guardless.export(Two(), (torch.randn(6, 5), torch.randn(6, 3)),
+                             unbacked={"a": {0: ("n", 1, 64)}, "b": {0: ("n", 1, 64)}})
+        self.assertEqual([s["name"] for s in e.graph["symbols"]], ["n"])
+        self.assertEqual([i["shape"][0] for i in e.graph["inputs"]], ["n", "n"])
+        self.assertEqual(len(e.graph["asserts"]), len(set(e.graph["asserts"])))
+        with tempfile.TemporaryDirectory() as tmp:
+            got = run_guardless(e, [torch.ones(4, 5), torch.ones(4, 3)], tmp)
+            self.assertEqual(sorted(tuple(g.shape) for g in got), [(4, 3), (4, 5)])
+            with self.assertRaisesRegex(AssertionError, "input 'b': n is 4 elsewhere but 7 here"):
+                run_guardless(e, [torch.ones(4, 5), torch.ones(7, 3)], tmp)
+
     def test_a_buffer_mutation_is_written_back(self):
         class Cache(torch.nn.Module):
             def __init__(self):

@@ -65,6 +65,22 @@ class InstallTest(unittest.TestCase):
                             "print('torch' in sys.modules)"], capture_output=True, text=True)
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "False"), r.stderr)
 
+    def test_the_wheel_declares_its_dependencies_and_the_hf_extra(self):
+        import zipfile
+
+        with zipfile.ZipFile(WHEEL) as z:
+            name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            meta = z.read(name).decode()
+            points = z.read(name.replace("METADATA", "entry_points.txt")).decode()
+        requires = [l.split(":", 1)[1].strip() for l in meta.splitlines() if l.startswith("Requires-Dist:")]
+        self.assertIn("torch==2.15.0", requires)
+        self.assertIn("Provides-Extra: hf", meta)
+        self.assertTrue(any(r.startswith("transformers") and 'extra == "hf"' in r for r in requires), requires)
+        # transformers only with the extra: a plain install does not pull it.
+        self.assertFalse(any(r.startswith("transformers") and "extra" not in r for r in requires), requires)
+        self.assertIn("guardless = guardless.cli:main", points)
+        self.assertIn("[torch_dynamo_backends]", points)
+
     def test_torch_compile_finds_the_backend_by_name(self):
         # torch from this environment, guardless from the installed wheel.
         site = sysconfig.get_paths()["purelib"]
