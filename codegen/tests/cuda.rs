@@ -118,16 +118,18 @@ fn generated_cuda_matches_the_golden_text() {
     }
 }
 
-/// Sharing a function between variants never changes what a variant runs: every kernel of every
-/// example (both kinds, at hints that give different variant sets), rendered with functions shared
-/// and once per variant, has the same code per variant (comments aside, which describe the
-/// variant). Caught the reuse of a persistent reduction's function by its looped variants.
+/// Sharing a function between variants (and kernels) never changes what a variant runs: every
+/// kernel of every example (both kinds, at hints that give different variant sets), rendered with
+/// functions shared and once per variant, has the same code per variant up to the names the
+/// generator derives from the program (`structural_key`: comments aside, which describe the
+/// variant; parameters and locals renamed in order). Caught the reuse of a persistent reduction's
+/// function by its looped variants.
 #[test]
 fn shared_functions_are_the_code_of_every_variant_that_uses_them() {
-    use guardless_codegen::cuda::{generate_with, without_comments, CudaModule, Sharing};
+    use guardless_codegen::cuda::{generate_with, structural_key, CudaModule, Sharing};
     let text_of = |m: &CudaModule, name: &str, placeholder: &str| {
         let (_, f) = m.functions.iter().find(|(n, _)| n == name).unwrap();
-        without_comments(&f.replace(name, placeholder))
+        structural_key(&f.replace(name, placeholder))
     };
     let mut compared = 0;
     let mut shared_by_several = 0;

@@ -170,6 +170,10 @@ fn run(
                     scalars.push(Box::new(work.as_mut_ptr() as i64));
                     args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
                 }
+                Param::ErrorBase { base } => {
+                    scalars.push(Box::new(*base as i64));
+                    args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
+                }
                 Param::Phase => {
                     phase_arg = Some(scalars.len());
                     scalars.push(Box::new(0));

@@ -39,7 +39,7 @@ fn kernel_symbols(p: &Program, s: &Schedule, m: &CudaModule, ki: usize) -> Vec<S
                     es.extend(b.layout.sizes.iter().chain(&b.layout.strides).copied());
                     es.push(b.layout.offset);
                 }
-                Param::Error | Param::Phase => {}
+                Param::Error | Param::ErrorBase { .. } | Param::Phase => {}
             }
         }
     }

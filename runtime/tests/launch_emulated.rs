@@ -543,3 +543,63 @@ fn remainders_match_the_reference_on_the_device() {
         "{err}"
     );
 }
+
+/// A model of identical layers (three Llama decoder layers, each with its own weights and position
+/// ids) runs every layer with the functions of one: as many functions as two layers have, each
+/// launch with its own layer's buffers; the result matches the reference, and an index out of
+/// range in the last layer is reported as that layer's node (its own error messages, counted from
+/// its own `gl_err_base`).
+#[test]
+fn identical_layers_share_functions_with_their_own_buffers_and_errors() {
+    use differential::assert_accurate;
+    use differential::layers::stacked;
+    let path = format!(
+        "{}/../examples/graphs/llama_decoder_layer.unbacked.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let one: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let model = |layers| {
+        let g = Graph::from_json(&stacked(&one, layers, "x", &["cos_sin_cache"]).to_string());
+        let g = g.unwrap();
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        (g, exe)
+    };
+    let (_, two) = model(2);
+    let (g, exe) = model(3);
+    assert_eq!(exe.module.functions.len(), two.module.functions.len());
+    assert!(exe.module.entries.len() > two.module.entries.len());
+    let mut dev = Emu::new("three_decoder_layers", &exe);
+    for (seed, n) in [(1, 1), (2, 17)] {
+        let (mut inputs, b) = inputs_at(&g, n, seed);
+        // Weights at the scale of a trained model (1/sqrt(fan-in)), so three layers stay finite.
+        for (t, decl) in inputs.iter_mut().zip(&g.inputs) {
+            if decl.kind == guardless_ir::graph::InputKind::Parameter && t.shape.len() == 2 {
+                let s = 1.0 / (t.shape[1] as f64).sqrt();
+                let v: Vec<f64> = (0..t.numel()).map(|i| t.get_f64(i) * s).collect();
+                *t = HostTensor::from_f64(t.dtype, &t.shape, &v);
+            }
+        }
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let (got, _, _) = run(&mut dev, &exe, Inputs::Host(&inputs), &b).unwrap();
+        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+        assert_accurate(&format!("three layers at n = {n}"), &got, &want, &ideal);
+
+        // Layer 2's position ids out of range: layer 2's rotary lookup says so.
+        let at = g
+            .inputs
+            .iter()
+            .position(|i| i.name == "l2_positions")
+            .unwrap();
+        let mut ids = vec![0i64; n as usize];
+        ids[n as usize - 1] = 2048;
+        inputs[at] = HostTensor::from_i64(DType::I64, &[n as usize], &ids);
+        let err = run(&mut dev, &exe, Inputs::Host(&inputs), &b)
+            .expect_err("an index out of range")
+            .to_string();
+        assert!(
+            err.contains("node 'l2_") && err.contains("an index is out of range"),
+            "{err}"
+        );
+    }
+}

@@ -52,6 +52,10 @@ pub struct Scope<'a> {
     pub read: &'a dyn Fn(BufferId) -> Read,
     pub vars: &'a [(SymbolId, Expr)],
     pub errors: &'a mut Vec<String>,
+    /// Where this function's errors start in `errors`, when its codes are relative to the
+    /// `gl_err_base` parameter (a kernel's, so that the same code serves every kernel of the same
+    /// structure); `None`: codes are the module's (library steps).
+    pub errors_from: Option<usize>,
     /// Names errors: the buffer and its graph nodes.
     pub what: String,
     pub hoist: &'a mut super::hoist::Hoister,
@@ -78,10 +82,14 @@ impl Scope<'_> {
         self.env.to_c(s, self.printer)
     }
 
-    fn error(&mut self, message: String) -> usize {
+    /// Records an error's message; the C expression of its code.
+    fn error(&mut self, message: String) -> String {
         self.errors
             .push(guardless_ir::loop_ir::kernel_error(&self.what, &message));
-        self.errors.len()
+        match self.errors_from {
+            Some(start) => format!("gl_err_base + {}", self.errors.len() - start),
+            None => self.errors.len().to_string(),
+        }
     }
 }
 

@@ -64,6 +64,7 @@ pub(super) fn render_bodies(
         IndexType::I64 => ("long long", "i64"),
     };
     let printer = CPrinter::cuda(idx, suffix);
+    let errors_from = errors.len();
     let locals = local_symbols(p, k);
     let reduction = !k.inner.is_empty();
     // Lanes each thread owns (the same in every variant: vector width only changes the loads).
@@ -279,6 +280,7 @@ pub(super) fn render_bodies(
                 read: &read,
                 vars: &member_vars[mi],
                 errors,
+                errors_from: Some(errors_from),
                 what,
                 hoist: hoister,
                 memo: &mut syms.memo,
@@ -472,7 +474,7 @@ pub(super) fn render_bodies(
     let len_c = c_of(p, hoister, k.row_len);
     let row_decompose = decompose(p, hoister, "gl_row", outer_vars, &k.outer, "  ");
     let lin_decompose = decompose(p, hoister, "gl_lin", outer_vars, &k.outer, "        ");
-    let (params_c, params, decls, phases) = kernel_params(
+    let (mut params_c, mut params, decls, phases) = kernel_params(
         p,
         k,
         KernelShape {
@@ -486,6 +488,12 @@ pub(super) fn render_bodies(
         },
         syms,
     );
+    if errors.len() > errors_from {
+        // The function's error codes count from this parameter, so that one function serves
+        // every kernel of its structure, each with its own messages.
+        params_c.push("long long gl_err_base".into());
+        params.push(Param::ErrorBase { base: errors_from });
+    }
     Bodies {
         params_c,
         params,

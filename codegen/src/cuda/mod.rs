@@ -59,6 +59,11 @@ pub enum Param {
     },
     /// `int*` where the first data-dependent error code is written.
     Error,
+    /// `long long`: the function's error codes are this plus 1, 2, …; the messages are the
+    /// module's `errors` from index `base` on (codes are 1-based: code `c` is `errors[c - 1]`).
+    ErrorBase {
+        base: usize,
+    },
     /// Split reductions: `char*` scratch of `bytes` (an expression of the sizes) for the blocks'
     /// partial results; the launcher provides it.
     Workspace {
@@ -265,8 +270,10 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
                     r
                 }
             };
-            // Compared without the comments, which describe the variant.
-            let code = without_comments(&text);
+            // Compared by structure: without the comments (which describe the variant) and with
+            // the names of parameters and locals abstracted, so that the same kernel of another
+            // layer (other buffers, other loop variables) is the same function.
+            let code = structural_key(&text);
             match seen.get(&code).filter(|_| sharing == Sharing::Shared) {
                 Some(first) => name = first.clone(),
                 None => {
@@ -368,6 +375,75 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         entries,
         errors,
     }
+}
+
+/// Whether `ident` is a name the generator derives from the program — a pointer parameter
+/// (`p_x`, `p3_w_in`), a size parameter (`gl_sym_n`) or its local (`s_n`, loop and bound
+/// variables `s_k17`, derived sizes `s_gl_d8`), a member's values (`m12_3`, `m12_acc`), register
+/// arrays (`gl_v12_0`, `gl_c0`, `gl_s1`, `gl_d2`). Every such name is a parameter or a local of
+/// the function it appears in (none is defined by the header or the templates), so renaming them
+/// consistently does not change what the function computes.
+fn program_name(ident: &str) -> bool {
+    let digits_then = |rest: &str, then: &str| {
+        let d = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        d > 0 && rest[d..].starts_with(then)
+    };
+    if let Some(rest) = ident.strip_prefix('p') {
+        return rest.starts_with('_') || digits_then(rest, "_");
+    }
+    if let Some(rest) = ident.strip_prefix('m') {
+        return digits_then(rest, "_");
+    }
+    if ident.starts_with("s_") || ident.starts_with("gl_sym_") {
+        return true;
+    }
+    ["gl_v", "gl_c", "gl_s", "gl_d"].iter().any(|pre| {
+        ident
+            .strip_prefix(pre)
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
+/// The identity of a function's code: its text without comments, every name the generator derives
+/// from the program (see [`program_name`]) replaced by its order of first appearance. Two functions
+/// with the same key compute the same thing from their parameters in the same order (kernels of
+/// identical layers: other buffers, other loop variables, other derived sizes of the same
+/// expressions, error codes counted from their own `gl_err_base`).
+pub fn structural_key(text: &str) -> String {
+    let code = without_comments(text);
+    let mut out = String::with_capacity(code.len());
+    let mut names: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let ident = &code[start..i];
+            if program_name(ident) {
+                let next = names.len();
+                let k = *names.entry(ident).or_insert(next);
+                let _ = write!(out, "$ {k}");
+            } else {
+                out.push_str(ident);
+            }
+        } else if c.is_ascii_digit() {
+            // A number (with its suffixes: 64LL, 1e-6f) is kept whole, not read as a name.
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
+                i += 1;
+            }
+            out.push_str(&code[start..i]);
+        } else {
+            let ch = code[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
 }
 
 /// A function's text without its comment lines (which describe the variant, not the code).

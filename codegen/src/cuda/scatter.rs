@@ -121,6 +121,7 @@ pub(super) fn render(
                 read: &read,
                 vars: &[],
                 errors,
+                errors_from: None,
                 what: what.clone(),
                 hoist: &mut h,
                 memo: &mut memo,

@@ -28,7 +28,9 @@ pub fn launchers(p: &Program, m: &CudaModule) -> String {
                     let q = if *written { "" } else { "const " };
                     format!("*({q}{t}**)args[{i}]")
                 }
-                Param::Symbol { .. } | Param::Derived { .. } => format!("*(long long*)args[{i}]"),
+                Param::Symbol { .. } | Param::Derived { .. } | Param::ErrorBase { .. } => {
+                    format!("*(long long*)args[{i}]")
+                }
                 Param::Error => format!("*(int**)args[{i}]"),
                 Param::Workspace { .. } => format!("*(char**)args[{i}]"),
                 Param::Phase => format!("*(long long*)args[{i}]"),

@@ -365,6 +365,7 @@ fn check_with(
                 env.evaluate(e, b).map_err(|x| x.to_string())?
             }
             Param::Error => &mut error as *mut i32 as i64,
+            Param::ErrorBase { base } => *base as i64,
             Param::Workspace { bytes } => {
                 let e = env.parse(bytes).map_err(|e| e.to_string())?;
                 let n = env.evaluate(e, b).map_err(|x| x.to_string())?;

@@ -35,7 +35,7 @@ use thiserror::Error;
 
 use crate::graph::{Arg, DType, Graph, Producer, TensorRef};
 use crate::loop_ir::{
-    Body, BodyBuilder, Buffer, BufferId, BufferKind, Constant, Layout, Loops, Program,
+    Body, BodyBuilder, Buffer, BufferId, BufferKind, Constant, Layout, Loops, Op, Program,
     ReductionKind, ValueId, WriteBack,
 };
 use crate::sym::{Expr, ShapeEnv};
@@ -395,9 +395,15 @@ impl<'g> Lowerer<'g> {
     }
 
     /// Whether a tensor read by several nodes may be recomputed by each: its body (with what it
-    /// inlines) has no transcendental function and at most `CHEAP_OPS` ops.
+    /// inlines) has no transcendental function, at most `CHEAP_OPS` ops, and reads at most
+    /// `CHEAP_READS` buffers. The last bounds chains: a residual stream `x + o₁ + m₁ + o₂ + …`,
+    /// each sum read twice, would otherwise be recomputed from every earlier layer's terms in each
+    /// layer's kernels until the ops ran out — kernels that differ from layer to layer, each
+    /// reading many buffers; with it, each layer reads the previous layer's sum, and identical
+    /// layers compile to identical kernels.
     fn cheap_to_recompute(&mut self, t: &LTensor) -> bool {
         const CHEAP_OPS: usize = 48;
+        const CHEAP_READS: usize = 2;
         if t.buffer.is_some() {
             return true;
         }
@@ -411,7 +417,17 @@ impl<'g> Lowerer<'g> {
             &vars,
         );
         let body = body.finish(v);
-        body.ops.len() <= CHEAP_OPS && !body.ops.iter().any(|(op, _)| op.is_transcendental())
+        let mut reads: Vec<BufferId> = Vec::new();
+        for (op, _) in &body.ops {
+            if let Op::Load { buffer, .. } = op {
+                if !reads.contains(buffer) {
+                    reads.push(*buffer);
+                }
+            }
+        }
+        body.ops.len() <= CHEAP_OPS
+            && reads.len() <= CHEAP_READS
+            && !body.ops.iter().any(|(op, _)| op.is_transcendental())
     }
 
     /// Computes `t` into a new contiguous buffer (unless it already is one: a graph input

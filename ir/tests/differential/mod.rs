@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod layers;
 pub mod random;
 
 use guardless_ir::graph::{DType, Graph, InputKind};

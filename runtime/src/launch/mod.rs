@@ -95,6 +95,8 @@ enum ArgSource {
     Symbol(SymbolId),
     Expr(Expr),
     Error,
+    /// A constant (a function's first error code).
+    Value(u64),
     /// Split reductions' scratch, of this many bytes.
     Workspace(Expr),
     Phase,
@@ -195,6 +197,7 @@ impl Executable {
                             .map_err(|x| bad(format!("derived size {name} = {expr}: {x}")))?,
                     ),
                     Param::Error => ArgSource::Error,
+                    Param::ErrorBase { base } => ArgSource::Value(*base as u64),
                     Param::Workspace { bytes } => ArgSource::Workspace(
                         program
                             .env
@@ -675,6 +678,7 @@ impl<'e, D: Device> Session<'e, D> {
                         .map_err(|x| bad(format!("derived size: {x}")))? as u64
                 }
                 ArgSource::Error => flag,
+                ArgSource::Value(v) => *v,
                 ArgSource::Workspace(x) => {
                     let bytes = env
                         .evaluate(*x, &self.b)

@@ -73,7 +73,10 @@ pub(super) fn step_needs(
             match a {
                 ArgSource::Symbol(x) => symbols.push(*x),
                 ArgSource::Expr(e) | ArgSource::Workspace(e) => es.push(*e),
-                ArgSource::Buffer(_) | ArgSource::Error | ArgSource::Phase => {}
+                ArgSource::Buffer(_)
+                | ArgSource::Error
+                | ArgSource::Value(_)
+                | ArgSource::Phase => {}
             }
         }
     };
