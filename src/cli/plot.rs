@@ -134,31 +134,12 @@ where
         .y_desc("µs per call (median)")
         .draw()
         .map_err(e)?;
-    for s in &times {
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .map(|&(x, y)| (log_x(x), y.max(1e-3)))
-            .collect();
-        let color = s.color;
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(e)?
-            .label(s.name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-            .map_err(e)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(e)?;
+    lines(
+        &mut chart,
+        &times,
+        |y| y.max(1e-3),
+        SeriesLabelPosition::UpperLeft,
+    )?;
     if let Some(bottom) = bottom {
         let (_, r_hi) = all(&ratios, |p| p.1);
         let mut chart = ChartBuilder::on(&bottom)
@@ -177,29 +158,47 @@ where
         chart
             .draw_series(LineSeries::new(vec![(lo, 1.0), (hi, 1.0)], BLACK.mix(0.3)))
             .map_err(e)?;
-        for s in &ratios {
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (log_x(x), y)).collect();
-            let color = s.color;
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(e)?
-                .label(s.name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(e)?;
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(e)?;
+        lines(&mut chart, &ratios, |y| y, SeriesLabelPosition::UpperRight)?;
     }
     root.present().map_err(e)
+}
+
+/// Each series as a line with a dot per size (its values through `y`), and the legend at `at`.
+fn lines<'a, DB: DrawingBackend + 'a, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    series: &[Series],
+    y: fn(f64) -> f64,
+    at: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    for s in series {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|&(px, py)| (log_x(px), y(py)))
+            .collect();
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(e)?
+            .label(s.name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(at)
+        .draw()
+        .map_err(e)
 }
 
 /// Text needs a font: the first of the usual TrueType sans-serif fonts found

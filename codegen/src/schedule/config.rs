@@ -47,6 +47,26 @@ pub enum IndexType {
     I64,
 }
 
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Strategy::Pointwise => f.write_str("pointwise"),
+            Strategy::Persistent => f.write_str("persistent"),
+            Strategy::Looped => f.write_str("looped"),
+            Strategy::Split { blocks } => write!(f, "split {blocks}"),
+        }
+    }
+}
+
+impl std::fmt::Display for IndexType {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexType::I32 => "int32",
+            IndexType::I64 => "int64",
+        })
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct KernelConfig {
     pub strategy: Strategy,
@@ -74,6 +94,21 @@ pub struct Variant {
     pub grid: Expr,
     /// The row count this variant was tuned for.
     pub tuned_for: i64,
+}
+
+impl Variant {
+    /// ` and 16-byte aligned a, b` for a vector variant, else empty: the rest of its condition.
+    pub fn aligned_text(&self, p: &Program) -> String {
+        if self.aligned.is_empty() {
+            return String::new();
+        }
+        let names: Vec<&str> = self
+            .aligned
+            .iter()
+            .map(|b| p.buffers[b.index()].name.as_str())
+            .collect();
+        format!(" and 16-byte aligned {}", names.join(", "))
+    }
 }
 
 fn next_pow2(v: i64) -> i64 {

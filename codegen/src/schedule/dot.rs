@@ -13,7 +13,7 @@ use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
 use rustc_hash::FxHashMap;
 
 use super::deps::Deps;
-use super::{IndexType, Schedule, Step, Strategy};
+use super::{Schedule, Step};
 
 /// A DOT string literal's contents: quotes and backslashes escaped (the reader already refuses
 /// control characters in names; any that reach here are dropped).
@@ -107,17 +107,8 @@ impl Schedule {
                 Step::Kernel(k) => {
                     let kernel = &self.kernels[*k];
                     let id = format!("k{k}");
-                    let space = if kernel.inner.is_empty() {
-                        format!("pointwise over {} elements", env.text(kernel.rows))
-                    } else {
-                        format!(
-                            "reduction: {} rows × {}",
-                            env.text(kernel.rows),
-                            env.text(kernel.row_len)
-                        )
-                    };
                     let mut ls = vec![
-                        format!("kernel {}: {space}", kernel.name),
+                        format!("kernel {}: {}", kernel.name, kernel.space(env)),
                         format!("nodes: {}", kernel.origins.join(", ")),
                     ];
                     let mut reads = Vec::new();
@@ -134,31 +125,14 @@ impl Schedule {
                     }
                     for (j, v) in kernel.variants.iter().enumerate() {
                         let c = &v.config;
-                        let strategy = match c.strategy {
-                            Strategy::Pointwise => "pointwise".to_string(),
-                            Strategy::Persistent => "persistent".into(),
-                            Strategy::Looped => "looped".into(),
-                            Strategy::Split { blocks } => format!("split {blocks}"),
-                        };
-                        let index = match c.index {
-                            IndexType::I32 => "int32",
-                            IndexType::I64 => "int64",
-                        };
-                        let aligned = if v.aligned.is_empty() {
-                            String::new()
-                        } else {
-                            let a: Vec<&str> = v
-                                .aligned
-                                .iter()
-                                .map(|&b| p.buffers[b.index()].name.as_str())
-                                .collect();
-                            format!(" and 16-byte aligned {}", a.join(", "))
-                        };
                         ls.push(format!(
-                            "v{j}: {strategy}, {} threads, vector {}, {index}; when {}{aligned}",
+                            "v{j}: {}, {} threads, vector {}, {}; when {}{}",
+                            c.strategy,
                             c.threads,
                             c.vector,
-                            env.text(v.predicate)
+                            c.index,
+                            env.text(v.predicate),
+                            v.aligned_text(p)
                         ));
                     }
                     let _ = writeln!(

@@ -75,6 +75,19 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// What the kernel iterates over: `pointwise over 256*n elements`, `reduction: n rows × 256`.
+    pub fn space(&self, env: &guardless_ir::sym::ShapeEnv) -> String {
+        if self.inner.is_empty() {
+            format!("pointwise over {} elements", env.text(self.rows))
+        } else {
+            format!(
+                "reduction: {} rows × {}",
+                env.text(self.rows),
+                env.text(self.row_len)
+            )
+        }
+    }
+
     /// Where a member computed in pass `pass` reads `buffer`.
     pub fn residence(&self, buffer: BufferId, pass: usize) -> Residence {
         match self.members.iter().find(|m| m.buffer == buffer) {

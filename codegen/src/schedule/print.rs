@@ -6,7 +6,6 @@ use std::fmt::Write;
 
 use guardless_ir::loop_ir::{BufferKind, Program, ScatterCombine};
 
-use super::config::{IndexType, Strategy};
 use super::{Role, Schedule, Step};
 
 impl Schedule {
@@ -60,16 +59,7 @@ impl Schedule {
                 }
                 Step::Kernel(k) => {
                     let k = &self.kernels[*k];
-                    let space = if k.inner.is_empty() {
-                        format!("pointwise over {} elements", env.text(k.rows))
-                    } else {
-                        format!(
-                            "reduction: {} rows × {}",
-                            env.text(k.rows),
-                            env.text(k.row_len)
-                        )
-                    };
-                    let _ = writeln!(out, "step {i}: kernel {}: {space}", k.name);
+                    let _ = writeln!(out, "step {i}: kernel {}: {}", k.name, k.space(env));
                     let _ = writeln!(out, "  nodes: {}", k.origins.join(", "));
                     for m in &k.members {
                         let buf = &p.buffers[m.buffer.index()];
@@ -103,12 +93,6 @@ impl Schedule {
                     let _ = writeln!(out, "  variants: {}", k.variants.len());
                     for (j, v) in k.variants.iter().enumerate() {
                         let c = &v.config;
-                        let strategy = match c.strategy {
-                            Strategy::Pointwise => "pointwise".to_string(),
-                            Strategy::Persistent => "persistent".into(),
-                            Strategy::Looped => "looped".into(),
-                            Strategy::Split { blocks } => format!("split {blocks}"),
-                        };
                         let shape = if k.inner.is_empty() {
                             format!("{} threads × {} elements", c.threads, c.elements_per_thread)
                         } else {
@@ -117,23 +101,16 @@ impl Schedule {
                                 c.threads, c.threads_per_row, c.lanes
                             )
                         };
-                        let index = match c.index {
-                            IndexType::I32 => "int32",
-                            IndexType::I64 => "int64",
-                        };
-                        let aligned = if v.aligned.is_empty() {
-                            String::new()
-                        } else {
-                            let a: Vec<&str> = v.aligned.iter().map(|&b| name(b)).collect();
-                            format!(" and 16-byte aligned {}", a.join(", "))
-                        };
                         let _ = writeln!(
                             out,
-                            "    v{j} (tuned for {}): {strategy}, {shape}, vector {}, {index}, grid {}; when {}{aligned}",
+                            "    v{j} (tuned for {}): {}, {shape}, vector {}, {}, grid {}; when {}{}",
                             v.tuned_for,
+                            c.strategy,
                             c.vector,
+                            c.index,
                             env.text(v.grid),
-                            env.text(v.predicate)
+                            env.text(v.predicate),
+                            v.aligned_text(p)
                         );
                     }
                 }
