@@ -1,9 +1,10 @@
 //! `compile_depth`: compiling a model of identical layers — the Llama decoder layer example
 //! stacked 2, 8, 32 and 80 times (`ir/tests/differential/layers.rs`) — at every depth: parse +
 //! lower + schedule + CUDA generation, NVRTC cold (every translation unit, no cache) and warm
-//! (from the disk cache). Kernels of identical layers are one function each, so NVRTC's work
-//! should not grow with depth (issue 27: within 1.3× from 2 to 32 layers; 32 layers cold ≤ 3 s,
-//! warm ≤ 0.2 s). `cargo test --benches` runs each once at 2 and 32 layers.
+//! (from the disk cache), and the CPU backend's LLVM JIT. Kernels of identical layers are one
+//! function each, so NVRTC's and LLVM's work should not grow with depth (issue 27: within 1.3×
+//! from 2 to 32 layers; 32 layers cold ≤ 3 s, warm ≤ 0.2 s, CPU JIT ≤ 2 s). `cargo test --benches`
+//! runs each once at 2 and 32 layers.
 
 #[path = "../ir/tests/differential/layers.rs"]
 mod layers;
@@ -59,6 +60,21 @@ fn compile_depth(c: &mut Criterion) {
         group.bench_function(format!("generate_{layers}_layers"), |b| {
             b.iter(|| module(&text))
         });
+        #[cfg(feature = "llvm")]
+        {
+            // The CPU backend: lower, schedule and the LLVM JIT (one native function per
+            // distinct kernel).
+            let program = lower(&Graph::from_json(&text).unwrap()).unwrap();
+            let cpu = guardless::runtime::cpu::CpuProgram::compile(program.clone()).unwrap();
+            println!(
+                "compile_depth: {layers} layers: {} CPU kernels, {} native functions",
+                cpu.schedule.kernels.len(),
+                cpu.functions()
+            );
+            group.bench_function(format!("cpu_jit_{layers}_layers"), |b| {
+                b.iter(|| guardless::runtime::cpu::CpuProgram::compile(program.clone()).unwrap())
+            });
+        }
         if toolchain.is_err() {
             continue;
         }

@@ -1,6 +1,7 @@
 //! NVRTC through cudarc: one translation unit → CUBIN for a real architecture (and its PTX), the
-//! compile log, and registers and spills per kernel from ptxas's report. A kernel that spills
-//! fails to compile (`--warn-on-spills` + `--warning-as-error`).
+//! compile log, and registers and spills per kernel from ptxas's report (`-v`, and
+//! `--warn-on-spills` to name them in the log). A spill does not fail the compile here:
+//! [`crate::build`] gives the kernel a smaller configuration and compiles again.
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -83,7 +84,6 @@ pub fn options(arch: &str, include: &std::path::Path) -> Vec<String> {
         format!("--include-path={}", include.display()),
         "--std=c++17".into(),
         "--ptxas-options=--warn-on-spills".into(),
-        "--ptxas-options=--warning-as-error".into(),
         "--ptxas-options=-v".into(),
     ]
 }

@@ -7,7 +7,7 @@
 mod differential;
 mod examples;
 
-use examples::{example, example_names, with_hint};
+use examples::{example, example_names, toolchain, with_hint};
 use guardless_codegen::cuda::generate;
 use guardless_codegen::nvrtc;
 use guardless_codegen::schedule::schedule;
@@ -19,24 +19,6 @@ fn cuda_of(text: &str) -> guardless_codegen::cuda::CudaModule {
     let mut p = lower(&g).unwrap();
     let s = schedule(&mut p);
     generate(&mut p, &s)
-}
-
-/// NVRTC and the CUDA headers, or why the test is skipped. Under `ci/test` (which sources
-/// `.tools/env`) they must be there.
-fn toolchain() -> Option<std::path::PathBuf> {
-    let required = std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_some();
-    match (nvrtc::ensure_loaded(), nvrtc::cuda_include()) {
-        (Ok(()), Ok(inc)) => Some(inc),
-        (Err(e), _) | (_, Err(e)) => {
-            assert!(
-                !required,
-                "the CUDA toolchain of .tools/env is unusable: {e}"
-            );
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "\ntest-skipped: NVRTC: {e}");
-            None
-        }
-    }
 }
 
 #[test]

@@ -77,25 +77,32 @@ fn fusion_outcomes() {
 
 #[test]
 fn scheduled_programs_match_the_reference() {
+    // The two forms on two threads (the interpreter is single-threaded).
+    std::thread::scope(|sc| {
+        for form in ["backed", "unbacked"] {
+            sc.spawn(move || scheduled_examples_match_the_reference(form));
+        }
+    });
+}
+
+fn scheduled_examples_match_the_reference(form: &str) {
     let runner: &Runner = &scheduled;
     for name in example_names() {
-        for form in ["backed", "unbacked"] {
-            let what = format!("{name}.{form}");
-            let g = Graph::from_json(&example(&what)).unwrap();
-            let range = g.env.symbol_range(g.env.symbol_id("n").unwrap());
-            // 0, 1, 2, primes, and (but for attention, quadratic in the interpreter) one far from
-            // the hint.
-            let far = if name.contains("decoder") { 61 } else { 257 };
-            for (s, v) in [0i64, 1, 2, 3, 7, 13, far]
-                .into_iter()
-                .enumerate()
-                .filter(|(_, v)| range.contains(*v))
-            {
-                assert!(
-                    differential_with(&what, &g, &[("n", v)], s as u64, false, (0, 4), runner),
-                    "{what} at n = {v}: refused"
-                );
-            }
+        let what = format!("{name}.{form}");
+        let g = Graph::from_json(&example(&what)).unwrap();
+        let range = g.env.symbol_range(g.env.symbol_id("n").unwrap());
+        // 0, 1, 2, primes, and (but for attention, quadratic in the interpreter) one far from
+        // the hint.
+        let far = if name.contains("decoder") { 61 } else { 257 };
+        for (s, v) in [0i64, 1, 2, 3, 7, 13, far]
+            .into_iter()
+            .enumerate()
+            .filter(|(_, v)| range.contains(*v))
+        {
+            assert!(
+                differential_with(&what, &g, &[("n", v)], s as u64, false, (0, 4), runner),
+                "{what} at n = {v}: refused"
+            );
         }
     }
 }

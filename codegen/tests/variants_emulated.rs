@@ -196,107 +196,141 @@ const TEST: &str = "every_variant_of_every_example_runs_where_the_launcher_selec
 
 #[test]
 fn every_variant_of_every_example_runs_where_the_launcher_selects_it() {
-    if let Some(out) = emu::sanitized(TEST, &[]) {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        print!("{stdout}");
-        assert!(
-            out.status.success() && stdout.contains("variants checked:"),
-            "the sanitized run failed ({:?}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+    // The sanitized children, one per core, each taking every `shards`-th example file.
+    let shards = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    if !emu::asan_loaded() {
+        let outputs: Vec<_> = std::thread::scope(|sc| {
+            let children: Vec<_> = (0..shards)
+                .map(|i| {
+                    sc.spawn(move || {
+                        let shard = format!("{i}/{shards}");
+                        emu::sanitized(TEST, &[(SHARD, &shard)]).expect("a child process")
+                    })
+                })
+                .collect();
+            children.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        let mut total = 0;
+        for out in outputs {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            print!("{stdout}");
+            let checked = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("variants checked: "))
+                .and_then(|l| l.split(' ').next()?.parse::<usize>().ok());
+            assert!(
+                out.status.success() && checked.is_some(),
+                "a sanitized run failed ({:?}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            total += checked.unwrap_or(0);
+        }
+        let only = std::env::var("GUARDLESS_VARIANTS_ONLY").is_ok();
+        assert!(only || total > 100, "only {total} variants");
         return;
     }
     let only = std::env::var("GUARDLESS_VARIANTS_ONLY").ok();
+    let (shard, shards) = std::env::var(SHARD)
+        .ok()
+        .and_then(|s| {
+            let (i, n) = s.split_once('/')?;
+            Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
+        })
+        .unwrap_or((0, 1));
     let mut total = 0;
     let mut runs = 0;
-    for name in examples::example_names() {
-        for kind in ["unbacked", "backed"] {
-            let file = format!("{name}.{kind}");
-            if only.as_deref().is_some_and(|o| !file.contains(o)) {
-                continue;
+    let files = examples::example_names()
+        .into_iter()
+        .flat_map(|name| ["unbacked", "backed"].map(|kind| format!("{name}.{kind}")));
+    for (i, file) in files.enumerate() {
+        if i % shards != shard || only.as_deref().is_some_and(|o| !file.contains(o)) {
+            continue;
+        }
+        let g = Graph::from_json(&examples::example(&file)).unwrap();
+        let mut p = lower_of(&g);
+        let s = schedule(&mut p);
+        let m = generate(&mut p, &s);
+        let c = emu::build_sanitized(&file, &p, &m);
+        for ki in 0..s.kernels.len() {
+            let k = &s.kernels[ki];
+            let syms = kernel_symbols(&p, &s, &m, ki);
+            let all_aligned: FxHashSet<BufferId> = FxHashSet::default();
+            let vector_buffers: FxHashSet<BufferId> = k
+                .variants
+                .iter()
+                .flat_map(|v| v.aligned.iter().map(|&a| root(&p, a)))
+                .collect();
+            let modes = [all_aligned, vector_buffers];
+            let (cands, edges) = candidates(&p, &s, &m, ki, &syms, &modes);
+            // Per variant: the cheapest candidate that selects it, in either mode.
+            let mut best: FxHashMap<usize, (i64, usize, usize)> = FxHashMap::default();
+            for (ci, b) in cands.iter().enumerate() {
+                for (mi, mis) in modes.iter().enumerate() {
+                    if let Some(vi) = selected(&p, &s, &m, ki, b, mis) {
+                        // A launch with no blocks checks nothing.
+                        if p.env.evaluate(k.variants[vi].grid, b).unwrap_or(0) <= 0 {
+                            continue;
+                        }
+                        let c = cost(b, &syms);
+                        if best.get(&vi).is_none_or(|&(bc, _, _)| c < bc) {
+                            best.insert(vi, (c, ci, mi));
+                        }
+                    }
+                }
             }
-            let g = Graph::from_json(&examples::example(&file)).unwrap();
-            let mut p = lower_of(&g);
-            let s = schedule(&mut p);
-            let m = generate(&mut p, &s);
-            let c = emu::build_sanitized(&file, &p, &m);
-            for ki in 0..s.kernels.len() {
-                let k = &s.kernels[ki];
-                let syms = kernel_symbols(&p, &s, &m, ki);
-                let all_aligned: FxHashSet<BufferId> = FxHashSet::default();
-                let vector_buffers: FxHashSet<BufferId> = k
-                    .variants
-                    .iter()
-                    .flat_map(|v| v.aligned.iter().map(|&a| root(&p, a)))
-                    .collect();
-                let modes = [all_aligned, vector_buffers];
-                let (cands, edges) = candidates(&p, &s, &m, ki, &syms, &modes);
-                // Per variant: the cheapest candidate that selects it, in either mode.
-                let mut best: FxHashMap<usize, (i64, usize, usize)> = FxHashMap::default();
-                for (ci, b) in cands.iter().enumerate() {
-                    for (mi, mis) in modes.iter().enumerate() {
-                        if let Some(vi) = selected(&p, &s, &m, ki, b, mis) {
-                            // A launch with no blocks checks nothing.
-                            if p.env.evaluate(k.variants[vi].grid, b).unwrap_or(0) <= 0 {
-                                continue;
-                            }
-                            let c = cost(b, &syms);
-                            if best.get(&vi).is_none_or(|&(bc, _, _)| c < bc) {
-                                best.insert(vi, (c, ci, mi));
-                            }
-                        }
-                    }
-                }
-                // Every variant where it is cheapest to reach, then both sides of every boundary.
-                let mut plan: Vec<(usize, usize, usize)> = Vec::new();
-                for vi in 0..k.variants.len() {
-                    let Some(&(_, ci, mi)) = best.get(&vi) else {
-                        panic!(
-                            "{file}: {} variant {vi} is selected at no size in range ({} candidates)",
-                            k.name,
-                            cands.len()
-                        );
-                    };
-                    plan.push((vi, ci, mi));
-                }
-                for &ci in &edges {
-                    if let Some(vi) = selected(&p, &s, &m, ki, &cands[ci], &modes[0]) {
-                        if !plan.iter().any(|&(v, c, _)| v == vi && c == ci) {
-                            plan.push((vi, ci, 0));
-                        }
-                    }
-                }
-                let mut covered = FxHashSet::default();
-                for (vi, ci, mi) in plan {
-                    let b = &cands[ci];
-                    let at: Vec<String> = syms
-                        .iter()
-                        .map(|&id| format!("{}={}", p.env.symbol_name(id), b.get(id).unwrap()))
-                        .collect();
-                    let r = check_variant(&p, &s, &m, &c, ki, vi, b, &modes[mi], 1 + runs as u64)
-                        .unwrap_or_else(|e| panic!("{file} at {}: {e}", at.join(" ")));
-                    println!(
-                        "{file}: {} v{vi} at {}{}: {} of {} blocks, {} rows, {} elements",
+            // Every variant where it is cheapest to reach, then both sides of every boundary.
+            let mut plan: Vec<(usize, usize, usize)> = Vec::new();
+            for vi in 0..k.variants.len() {
+                let Some(&(_, ci, mi)) = best.get(&vi) else {
+                    panic!(
+                        "{file}: {} variant {vi} is selected at no size in range ({} candidates)",
                         k.name,
-                        at.join(" "),
-                        if mi == 1 { " (misaligned)" } else { "" },
-                        r.blocks,
-                        r.grid,
-                        r.rows,
-                        r.elements
+                        cands.len()
                     );
-                    if covered.insert(vi) {
-                        total += 1;
+                };
+                plan.push((vi, ci, mi));
+            }
+            for &ci in &edges {
+                if let Some(vi) = selected(&p, &s, &m, ki, &cands[ci], &modes[0]) {
+                    if !plan.iter().any(|&(v, c, _)| v == vi && c == ci) {
+                        plan.push((vi, ci, 0));
                     }
-                    runs += 1;
                 }
+            }
+            let mut covered = FxHashSet::default();
+            for (vi, ci, mi) in plan {
+                let b = &cands[ci];
+                let at: Vec<String> = syms
+                    .iter()
+                    .map(|&id| format!("{}={}", p.env.symbol_name(id), b.get(id).unwrap()))
+                    .collect();
+                let r = check_variant(&p, &s, &m, &c, ki, vi, b, &modes[mi], 1 + runs as u64)
+                    .unwrap_or_else(|e| panic!("{file} at {}: {e}", at.join(" ")));
+                println!(
+                    "{file}: {} v{vi} at {}{}: {} of {} blocks, {} rows, {} elements",
+                    k.name,
+                    at.join(" "),
+                    if mi == 1 { " (misaligned)" } else { "" },
+                    r.blocks,
+                    r.grid,
+                    r.rows,
+                    r.elements
+                );
+                if covered.insert(vi) {
+                    total += 1;
+                }
+                runs += 1;
             }
         }
     }
     println!("variants checked: {total} ({runs} runs)");
-    assert!(only.is_some() || total > 100, "only {total} variants");
 }
+
+/// `i/n`: the child checks the example files whose position is `i` modulo `n`.
+const SHARD: &str = "GUARDLESS_VARIANTS_SHARD";
 
 fn lower_of(g: &Graph) -> Program {
     guardless_ir::lower::lower(g).unwrap()

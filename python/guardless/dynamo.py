@@ -38,6 +38,7 @@ class Stats:
     """What the backend did in this process (see `stats()`)."""
 
     graphs: int = 0  # graphs compiled by guardless
+    reused: int = 0  # graphs identical to one compiled before (a model's repeated pieces): not compiled again
     calls: int = 0  # calls of compiled graphs
     copied_input_bytes: int = 0  # inputs copied because their layout was not the graph's
     compile_seconds: float = 0.0
@@ -272,15 +273,23 @@ def make_backend(fallback: bool = True):
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
                 graph, plan, constants = from_fx(aten, name)
-                text = json.dumps(graph)
-                compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
+                # The pieces of a model between its graph breaks (a decoder's layers between
+                # attention calls) are often the same graph but for its name: compiled once.
+                key = (device, json.dumps({**graph, "name": ""}, sort_keys=True))
+                compiled = pieces.get(key)
+                if compiled is None:
+                    text = json.dumps(graph)
+                    compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
+                    pieces[key] = compiled
+                    _stats.graphs += 1
+                    _stats.compile_seconds += compiled.compile_seconds
+                else:
+                    _stats.reused += 1
             except (ExportError, GuardlessError) as e:
                 if not fallback:
                     raise
                 _fallback(name, str(e))
                 return aten
-            _stats.graphs += 1
-            _stats.compile_seconds += compiled.compile_seconds
             fn = CompiledFunction(compiled, graph, plan, name, device, constants)
             backend.compiled.append(fn)
             return fn
@@ -288,6 +297,7 @@ def make_backend(fallback: bool = True):
         return aot_module_simplified(gm, example_inputs, fw_compiler=compile_forward,
                                      decompositions=_decompositions())
 
+    pieces: dict = {}  # (device, the graph's JSON without its name) → its compiled program
     backend.compiled = []  # every CompiledFunction, for inspection (its .graph is the JSON)
     return backend
 

@@ -75,6 +75,33 @@ class BackendTest(unittest.TestCase):
         s = guardless.stats()
         self.assertEqual((s.calls, s.copied_input_bytes), (4, 0))
 
+    def test_identical_pieces_compile_once(self):
+        # Three blocks alike but for their weights, a graph break after each: Dynamo hands over
+        # three graphs that are the same up to their names; guardless compiles one.
+        blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU()) for _ in range(3)).eval()
+
+        def forward(x):
+            # (Not a loop: a graph break inside one makes Dynamo run the whole frame eagerly.)
+            x = blocks[0](x) + x
+            torch._dynamo.graph_break()
+            x = blocks[1](x) + x
+            torch._dynamo.graph_break()
+            x = blocks[2](x) + x
+            torch._dynamo.graph_break()
+            return x
+
+        f, b = compiled(forward, dynamic=True)
+        with torch.no_grad():
+            for n in (3, 9, 20):
+                x = torch.randn(n, 8)
+                torch.testing.assert_close(f(x), forward(x))
+        s = guardless.stats()
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual(len(b.compiled), 3, "a function per piece")
+        self.assertEqual((s.graphs, s.reused), (1, 2))
+        self.assertEqual(len({id(c.compiled) for c in b.compiled}), 1, "one compiled program for the three")
+
     def test_unbacked_one_graph_for_every_size_and_its_hint(self):
         def f(a, w):
             return torch.softmax(a @ w, -1) * 2

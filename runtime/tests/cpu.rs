@@ -246,6 +246,66 @@ fn a_data_dependent_error_names_the_node_that_indexes() {
     );
 }
 
+/// The decoder layer stacked three times (other weights, other buffer names, the same sizes) is
+/// compiled to as many native functions as two layers are: each kernel of a later layer runs an
+/// earlier layer's function with its own buffers. The result matches the reference, and an index
+/// out of range in the last layer is reported as that layer's node (its own error messages).
+#[cfg(feature = "llvm")]
+#[test]
+fn identical_layers_share_native_functions_with_their_own_buffers_and_errors() {
+    use differential::layers::stacked;
+    let path = format!("{}/llama_decoder_layer.unbacked.json", examples_dir());
+    let one: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let model = |layers| {
+        let g = Graph::from_json(&stacked(&one, layers, "x", &["cos_sin_cache"]).to_string());
+        let g = g.unwrap();
+        let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+        (g, cpu)
+    };
+    let (_, two) = model(2);
+    let (g, cpu) = model(3);
+    assert!(two.functions() > 0);
+    assert_eq!(cpu.functions(), two.functions());
+    assert!(cpu.schedule.kernels.len() > two.schedule.kernels.len());
+    for (seed, n) in [(1, 1), (2, 17)] {
+        let b = bindings_of("three layers", &g, &[("n", n)]);
+        let mut inputs = random_inputs(&g, &b, seed, (0, 64));
+        // Weights at the scale of a trained model (1/sqrt(fan-in)), so three layers stay finite.
+        for (t, decl) in inputs.iter_mut().zip(&g.inputs) {
+            if decl.kind == guardless_ir::graph::InputKind::Parameter && t.shape.len() == 2 {
+                let s = 1.0 / (t.shape[1] as f64).sqrt();
+                let v: Vec<f64> = (0..t.numel()).map(|i| t.get_f64(i) * s).collect();
+                *t = guardless_ir::tensor::HostTensor::from_f64(t.dtype, &t.shape, &v);
+            }
+        }
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b).unwrap();
+        let got = cpu.run(&inputs, &b, &poisoned()).unwrap();
+        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+        assert_accurate(&format!("three layers at n = {n}"), &got, &want, &ideal);
+
+        // Layer 2's position ids out of range: layer 2's rotary lookup says so.
+        let at = g
+            .inputs
+            .iter()
+            .position(|i| i.name == "l2_positions")
+            .unwrap();
+        let mut ids = vec![0i64; n as usize];
+        ids[n as usize - 1] = 2048;
+        inputs[at] = guardless_ir::tensor::HostTensor::from_i64(
+            guardless_ir::graph::DType::I64,
+            &[n as usize],
+            &ids,
+        );
+        let err = cpu.run(&inputs, &b, &poisoned()).unwrap_err().to_string();
+        assert!(
+            err.contains("node 'l2_") && err.contains("out of range"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn exp_is_within_two_ulp_everywhere() {
     // The backend's inline f32 exp over its whole range, subnormal results, overflow and NaN.

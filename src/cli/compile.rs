@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use guardless_codegen::build::build;
 use guardless_codegen::cache::Cache;
 use guardless_codegen::cuda::generate;
 use guardless_codegen::schedule::schedule;
@@ -41,7 +42,17 @@ pub fn run(
     let graph = Graph::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut program =
         guardless_ir::lower::lower(&graph).map_err(|e| format!("{}: {e}", path.display()))?;
-    let s = schedule(&mut program);
+    let mut s = schedule(&mut program);
+    // NVRTC first when PTX is wanted: a kernel that spills gets a smaller configuration, and the
+    // schedule, the manifest and the CUDA written are the ones compiled.
+    let built = if codegen == "cuda" && wanted.contains(&"ptx") {
+        Some(
+            build(&mut program, &mut s, &Cache::from_env(), arch)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        )
+    } else {
+        None
+    };
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     if out_dir.is_some() {
         // The directory is a compiled artifact: `guardless run --artifact DIR` reads the graph
@@ -69,14 +80,20 @@ pub fn run(
             ));
         }
     } else if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
-        let module = generate(&mut program, &s);
+        let (module, units, fallbacks) = match built {
+            Some(b) => (b.module, b.units, b.fallbacks),
+            None => (generate(&mut program, &s), Vec::new(), Vec::new()),
+        };
         if wanted.contains(&"cuda") {
             files.push(("kernels.cu".to_string(), module.source.clone().into_bytes()));
             // What the launcher needs beside the manifest: the function of each variant, its
-            // parameters (derived sizes with their expressions), and the error messages by code.
+            // parameters (derived sizes with their expressions), the error messages by code, and
+            // the configurations a spill made the compile fall back to (loading the artifact
+            // applies them).
             let index = serde_json::json!({
                 "entries": module.entries,
                 "errors": module.errors,
+                "fallbacks": fallbacks,
             });
             let index = serde_json::to_string_pretty(&index).map_err(|e| e.to_string())?;
             files.push(("kernels.json".to_string(), index.into_bytes()));
@@ -85,12 +102,8 @@ pub fn run(
             // Through the disk cache: an unchanged graph compiles once per machine.
             // Translation units compile in parallel; unit i is kernels.i.{ptx,cubin} when there
             // are several.
-            let cache = Cache::from_env();
-            let compiled = cache
-                .compile_units(&module.units, arch)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            let several = compiled.len() > 1;
-            for (i, (c, _)) in compiled.into_iter().enumerate() {
+            let several = units.len() > 1;
+            for (i, (c, _)) in units.into_iter().enumerate() {
                 let name = |ext: &str| -> String {
                     if several {
                         format!("kernels.{i}.{ext}")

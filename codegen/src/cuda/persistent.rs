@@ -84,17 +84,8 @@ pub(super) fn cached_loads(
     if divides {
         cached.clear();
     }
-    // Within the register file: a block of `threads` gets 65536 / threads registers per
-    // thread (at most 255); the row may take half of them in a vector variant, an eighth in
-    // a scalar one (whose per-element addressing takes the rest: the decoder layer's
-    // attention softmax, 32 cached values per thread, spilled at a quarter). What does not
-    // fit is re-read.
-    let registers = (65536 / c.threads.max(1)).min(255);
-    let budget = if c.vector > 1 {
-        (registers / 2 - 16).max(0)
-    } else {
-        registers / 8
-    };
+    // Within the configuration's budget (`KernelConfig::row_cache`); what does not fit is re-read.
+    let budget = c.row_cache;
     let mut used = 0;
     cached.retain(|_| {
         let fits = used + steps * lpt <= budget;

@@ -81,6 +81,61 @@ pub struct KernelConfig {
     pub index: IndexType,
     /// Reductions: the lanes of the reduction order (the same in every variant).
     pub lanes: i64,
+    /// Persistent reductions: registers per thread that may hold the row's cached inputs (what
+    /// does not fit is read again from memory); 0 otherwise.
+    pub row_cache: i64,
+}
+
+/// The registers per thread a persistent variant of `threads` threads may spend on the row:
+/// a block gets 65536 / threads registers per thread (at most 255); the row may take half of
+/// them in a vector variant, an eighth in a scalar one, whose per-element addressing takes the
+/// rest (the decoder layer's attention softmax, 32 cached values per thread, spilled at a
+/// quarter).
+pub fn row_cache_budget(threads: i64, vector: i64) -> i64 {
+    let registers = (65536 / threads.max(1)).min(255);
+    if vector > 1 {
+        (registers / 2 - 16).max(0)
+    } else {
+        registers / 8
+    }
+}
+
+impl KernelConfig {
+    /// The next configuration to try when this one spills registers (ptxas's report), and what
+    /// changed; `None` when there is nothing left to give up. Each step keeps the variant correct
+    /// wherever its predicate holds and its reduction order (the lanes) unchanged, so the
+    /// results stay bitwise those of the other variants: a persistent row keeps half as many
+    /// registers (none: every pass reads memory, the looped code), a pointwise thread handles one
+    /// vector instead of several, and vector accesses become scalar.
+    pub fn smaller(&self) -> Option<(KernelConfig, String)> {
+        let mut c = self.clone();
+        let what = if c.strategy == Strategy::Persistent {
+            c.row_cache = if c.row_cache >= 32 {
+                c.row_cache / 2
+            } else {
+                0
+            };
+            if c.row_cache == 0 {
+                c.strategy = Strategy::Looped;
+                "persistent → looped (no row cache)".to_string()
+            } else {
+                format!("row cache {} → {} registers", self.row_cache, c.row_cache)
+            }
+        } else if c.strategy == Strategy::Pointwise && c.elements_per_thread > c.vector {
+            c.elements_per_thread = c.vector;
+            format!(
+                "{} → {} elements per thread",
+                self.elements_per_thread, c.elements_per_thread
+            )
+        } else if c.vector > 1 {
+            c.elements_per_thread = (c.elements_per_thread / c.vector).max(1);
+            c.vector = 1;
+            format!("vector {} → scalar", self.vector)
+        } else {
+            return None;
+        };
+        Some((c, what))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +152,13 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// Gives the variant of a kernel over `rows` × `row_len` the configuration `c`, and the grid
+    /// that launches it.
+    pub fn reconfigure(&mut self, env: &mut ShapeEnv, rows: Expr, row_len: Expr, c: KernelConfig) {
+        self.grid = grid_of(env, &c, rows, row_len);
+        self.config = c;
+    }
+
     /// ` and 16-byte aligned a, b` for a vector variant, else empty: the rest of its condition.
     pub fn aligned_text(&self, p: &Program) -> String {
         if self.aligned.is_empty() {
@@ -560,6 +622,11 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
                         Strategy::Split { blocks } => (threads_per_row / blocks).max(1),
                         _ => threads,
                     };
+                    let row_cache = if *strategy == Strategy::Persistent {
+                        row_cache_budget(threads, *vector)
+                    } else {
+                        0
+                    };
                     let config = KernelConfig {
                         strategy: *strategy,
                         threads,
@@ -568,6 +635,7 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
                         vector: *vector,
                         index: *index,
                         lanes,
+                        row_cache,
                     };
                     let grid = grid_of(env, &config, rows, row_len);
                     let aligned = if *vector > 1 && vec_choices.len() > 1 {

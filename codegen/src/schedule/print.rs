@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use guardless_ir::loop_ir::{BufferKind, Program, ScatterCombine};
 
+use super::config::Strategy;
 use super::{Role, Schedule, Step};
 
 impl Schedule {
@@ -95,6 +96,11 @@ impl Schedule {
                         let c = &v.config;
                         let shape = if k.inner.is_empty() {
                             format!("{} threads × {} elements", c.threads, c.elements_per_thread)
+                        } else if c.strategy == Strategy::Persistent {
+                            format!(
+                                "{} threads ({} per row), {} lanes, row cache {} registers",
+                                c.threads, c.threads_per_row, c.lanes, c.row_cache
+                            )
                         } else {
                             format!(
                                 "{} threads ({} per row), {} lanes",

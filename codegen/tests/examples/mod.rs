@@ -40,3 +40,24 @@ pub fn with_hint(name: &str, kind: &str, h: i64) -> String {
     }
     v.to_string()
 }
+
+/// NVRTC and the CUDA headers, or why the test is skipped. Under `ci/test` (which sources
+/// `.tools/env`) they must be there.
+pub fn toolchain() -> Option<std::path::PathBuf> {
+    let required = std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_some();
+    match (
+        guardless_codegen::nvrtc::ensure_loaded(),
+        guardless_codegen::nvrtc::cuda_include(),
+    ) {
+        (Ok(()), Ok(inc)) => Some(inc),
+        (Err(e), _) | (_, Err(e)) => {
+            assert!(
+                !required,
+                "the CUDA toolchain of .tools/env is unusable: {e}"
+            );
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\ntest-skipped: NVRTC: {e}");
+            None
+        }
+    }
+}

@@ -109,10 +109,12 @@ impl State<'_> {
         self.syms.as_ptr()
     }
 
-    fn pointers(&mut self) -> Vec<*mut u8> {
-        (0..self.p.buffers.len())
-            .map(|i| {
-                let blk = &mut self.blocks[self.home[i]];
+    /// The storage of each of `buffers` (null for an empty one).
+    fn pointers(&mut self, buffers: &[BufferId]) -> Vec<*mut u8> {
+        buffers
+            .iter()
+            .map(|b| {
+                let blk = &mut self.blocks[self.home[b.index()]];
                 if blk.bytes() == 0 {
                     std::ptr::null_mut()
                 } else {
@@ -477,7 +479,9 @@ fn kernel(
     if rows == 0 {
         return Ok(());
     }
-    let ptrs = st.pointers();
+    // The kernel's own pointer table (its function may be shared with kernels of the same
+    // structure over other buffers).
+    let ptrs = st.pointers(&jit.buffers[ki]);
     let f = jit.kernels[ki];
     let parts = if rows >= 2 && threads > 1 && rows.saturating_mul(len) >= 1 << 15 {
         threads.min(rows as usize)
@@ -514,7 +518,7 @@ fn kernel(
         });
     }
     if let Some(e) = errs.iter().find(|e| e[0] != 0) {
-        let (buffer, origins, mut message) = jit.errors[e[0] as usize - 1].clone();
+        let (buffer, origins, mut message) = jit.errors[ki][e[0] as usize - 1].clone();
         for k in 0..3 {
             message = message.replace(&format!("{{{k}}}"), &e[k + 1].to_string());
         }

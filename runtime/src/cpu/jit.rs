@@ -7,30 +7,39 @@ use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::values::AnyValue;
 use inkwell::OptimizationLevel;
 
 use guardless_codegen::schedule::Schedule;
-use guardless_ir::loop_ir::Program;
+use guardless_ir::loop_ir::{BufferId, Program};
+use rustc_hash::FxHashMap;
 
 pub use crate::llvm::kernel::{shape_of, KernelShape};
 use crate::llvm::{llvm, LlvmError as JitError};
 
-/// `k(ptrs, syms, begin, end, err)`: rows `[begin, end)`; `ptrs[b]` is buffer `b`'s storage,
-/// `syms[s]` symbol `s`'s value; on a data-dependent failure `err[0]` is set to the error's
-/// code and `err[1..4]` to the values its message shows.
-/// `scratch` holds the kernel's row cache: `cache_slots[k]` × 8 bytes × row length, per thread.
+/// `k(ptrs, syms, begin, end, err)`: rows `[begin, end)`; `ptrs[i]` is the storage of the
+/// kernel's buffer `buffers[k][i]`, `syms[s]` symbol `s`'s value; on a data-dependent failure
+/// `err[0]` is set to the error's code (`errors[k][code - 1]`) and `err[1..4]` to the values its
+/// message shows. `scratch` holds the kernel's row cache: `cache_slots[k]` × 8 bytes × row
+/// length, per thread.
 pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut i64, *mut u8);
 
-/// The compiled kernels of one program. The engine owns the machine code; it is dropped before
-/// the context it was built in.
+/// The compiled kernels of one program, by schedule kernel. Kernels of the same structure (the
+/// same kernel of identical layers: other buffers, the same sizes) share one function, each
+/// with its own pointer table and error messages. The engine owns the machine code; it is
+/// dropped before the context it was built in.
 pub struct Jit {
     engine: ManuallyDrop<ExecutionEngine<'static>>,
     context: ManuallyDrop<Box<Context>>,
     pub kernels: Vec<KernelFn>,
+    /// Distinct functions compiled (at most the kernels').
+    pub functions: usize,
     /// Row-cache slots of each kernel.
     pub cache_slots: Vec<usize>,
-    /// Error code `i + 1` means `errors[i]`: buffer, graph nodes, message.
-    pub errors: Vec<(String, String, String)>,
+    /// Each kernel's pointer table: the buffers its function's `ptrs[i]` are.
+    pub buffers: Vec<Vec<BufferId>>,
+    /// Each kernel's errors: code `i + 1` means `errors[k][i]`: buffer, graph nodes, message.
+    pub errors: Vec<Vec<(String, String, String)>>,
 }
 
 // The engine is only read after construction (function addresses); the kernels are plain code.
@@ -141,6 +150,9 @@ fn host_machine() -> Result<TargetMachine, JitError> {
         .ok_or_else(|| JitError::Llvm("no target machine for the host".into()))
 }
 
+/// The name each kernel's function has while its code is compared with the earlier ones'.
+const PROBE: &str = "gl_kernel_probe";
+
 impl Jit {
     /// Compiles every kernel of `s`. `p` is mutable only to build index expressions.
     pub fn compile(p: &mut Program, s: &Schedule) -> Result<Jit, JitError> {
@@ -185,21 +197,40 @@ impl Jit {
         let mut errors = Vec::new();
         let mut names = Vec::new();
         let mut cache_slots = Vec::new();
+        let mut buffers = Vec::new();
+        // Functions by their IR (the name left out): a kernel whose code is an earlier kernel's
+        // is deleted before optimization and calls the earlier function with its own table.
+        let mut by_code: FxHashMap<String, String> = FxHashMap::default();
         for (ki, k) in s.kernels.iter().enumerate() {
             let name = format!("k{ki}_{}", k.name);
-            let (_, slots) = crate::llvm::emit_kernel(
+            let mut own_errors = Vec::new();
+            let (f, slots, table) = crate::llvm::emit_kernel(
                 cx,
                 &module,
                 &helpers,
                 p,
                 k,
-                &name,
+                PROBE,
                 &[("target-cpu", &cpu), ("target-features", &features)],
                 true,
-                &mut errors,
+                true,
+                &mut own_errors,
             )?;
+            let code = f.print_to_string().to_string();
+            match by_code.get(&code) {
+                Some(first) => {
+                    unsafe { f.delete() };
+                    names.push(first.clone());
+                }
+                None => {
+                    f.as_global_value().set_name(&name);
+                    by_code.insert(code, name.clone());
+                    names.push(name);
+                }
+            }
             cache_slots.push(slots);
-            names.push(name);
+            buffers.push(table);
+            errors.push(own_errors);
         }
         module.verify().map_err(llvm)?;
         module
@@ -227,7 +258,9 @@ impl Jit {
             engine: ManuallyDrop::new(engine),
             context: ManuallyDrop::new(context),
             kernels,
+            functions: by_code.len(),
             cache_slots,
+            buffers,
             errors,
         })
     }

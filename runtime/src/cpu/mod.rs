@@ -107,6 +107,15 @@ impl CpuProgram {
         Ok(CpuProgram { program, schedule })
     }
 
+    /// The native functions the kernels run (kernels of the same structure share one; 0 on the
+    /// interpreter).
+    pub fn functions(&self) -> usize {
+        #[cfg(feature = "llvm")]
+        return self.jit.functions;
+        #[cfg(not(feature = "llvm"))]
+        0
+    }
+
     /// What runs the kernels: `llvm` (native code) or `interpreter`.
     pub fn backend(&self) -> &'static str {
         if cfg!(feature = "llvm") {

@@ -9,7 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
+use guardless_codegen::build::{build, replay, Fallback};
 use guardless_codegen::cache::Cache;
+use guardless_codegen::cuda::generate;
+use guardless_codegen::schedule::schedule;
 use guardless_ir::loop_ir::Program;
 use guardless_ir::sym::Bindings;
 use guardless_ir::tensor::HostTensor;
@@ -30,6 +33,23 @@ pub enum CudaError {
     Artifact { dir: String, message: String },
     #[error(transparent)]
     Launch(#[from] LaunchError),
+}
+
+/// The fallbacks `kernels.json` of a compiled artifact records (none when it has no such file
+/// or no such list: an artifact compiled without spills).
+pub fn artifact_fallbacks(dir: &Path) -> Result<Vec<Fallback>, String> {
+    let path = dir.join("kernels.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(Vec::new());
+    };
+    let index: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("kernels.json: {e}"))?;
+    match index.get("fallbacks") {
+        None => Ok(Vec::new()),
+        Some(f) => {
+            serde_json::from_value(f.clone()).map_err(|e| format!("kernels.json: fallbacks: {e}"))
+        }
+    }
 }
 
 /// Whether a CUDA driver and at least one GPU are present (never panics without a driver).
@@ -68,13 +88,14 @@ impl CudaProgram {
     /// Schedules, generates and compiles `program` for the first GPU (through the disk cache).
     pub fn compile(program: Program) -> Result<CudaProgram, CudaError> {
         let (ctx, arch) = context()?;
-        let exe = Executable::new(program)?;
-        let cache = Cache::from_env();
-        let units = cache
-            .compile_units(&exe.module.units, &arch)
+        let mut program = program;
+        let mut s = schedule(&mut program);
+        // A kernel that spills is compiled again with a smaller configuration (build::build).
+        let built = build(&mut program, &mut s, &Cache::from_env(), &arch)
             .map_err(|e| CudaError::Nvrtc(e.to_string()))?;
-        let compiled = units.iter().any(|(_, cached)| !cached);
-        let cubins: Vec<Vec<u8>> = units.into_iter().map(|(c, _)| c.cubin).collect();
+        let compiled = built.units.iter().any(|(_, cached)| !cached);
+        let cubins: Vec<Vec<u8>> = built.units.into_iter().map(|(c, _)| c.cubin).collect();
+        let exe = Executable::from_parts(program, s, built.module)?;
         let device =
             CudaDevice::new(ctx, &cubins, &exe.module.entries).map_err(CudaError::Driver)?;
         Ok(CudaProgram {
@@ -94,7 +115,13 @@ impl CudaProgram {
             message,
         };
         let (ctx, arch) = context()?;
-        let exe = Executable::new(program)?;
+        let mut program = program;
+        let mut s = schedule(&mut program);
+        // The configurations the compile fell back to (spills), applied to the fresh schedule.
+        let fallbacks = artifact_fallbacks(dir).map_err(bad)?;
+        replay(&mut program, &mut s, &fallbacks).map_err(|e| bad(format!("kernels.json: {e}")))?;
+        let module = generate(&mut program, &s);
+        let exe = Executable::from_parts(program, s, module)?;
         let source = std::fs::read_to_string(dir.join("kernels.cu"))
             .map_err(|e| bad(format!("kernels.cu: {e}")))?;
         if source != exe.module.source {

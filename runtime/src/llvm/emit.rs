@@ -62,6 +62,10 @@ pub struct Emitter<'a, 'c> {
     pub locals: FxHashMap<SymbolId, IntValue<'c>>,
     pub sym_cache: FxHashMap<SymbolId, IntValue<'c>>,
     pub ptr_cache: FxHashMap<BufferId, PointerValue<'c>>,
+    /// Where the pointer table holds each buffer: `Some(buffers)` — the kernel's own table,
+    /// slot `i` holding `buffers[i]` (in order of first use, so that kernels of the same
+    /// structure read their tables alike); `None` — the program's table, indexed by buffer id.
+    pub slots: Option<Vec<BufferId>>,
     /// Expressions already computed in the current straight-line region.
     pub memo: FxHashMap<Expr, IntValue<'c>>,
     /// Errors (buffer, its graph nodes, message); code `i + 1` is error `i`.
@@ -120,7 +124,14 @@ impl<'a, 'c> Emitter<'a, 'c> {
             return Ok(p);
         }
         let ptr_t = self.cx.ptr_type(inkwell::AddressSpace::default());
-        let at = self.const_i64(b.index() as i64);
+        let slot = match &mut self.slots {
+            None => b.index(),
+            Some(slots) => slots.iter().position(|&x| x == b).unwrap_or_else(|| {
+                slots.push(b);
+                slots.len() - 1
+            }),
+        };
+        let at = self.const_i64(slot as i64);
         let p = unsafe {
             self.entry
                 .build_in_bounds_gep(ptr_t, self.ptrs, &[at], "")?

@@ -13,7 +13,7 @@ use inkwell::module::Module;
 use inkwell::values::FunctionValue;
 use rustc_hash::FxHashMap;
 
-use guardless_ir::loop_ir::Program;
+use guardless_ir::loop_ir::{BufferId, Program};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LlvmError {
@@ -120,7 +120,9 @@ pub fn declare_helpers<'c>(
 /// Emits kernel `k` as `void name(ptr ptrs, ptr syms, i64 begin, i64 end, ptr err, ptr scratch)`
 /// over rows `[begin, end)`, with the given function attributes (target CPU and features). With
 /// `row_cache`, values a later pass needs again are kept in `scratch` (8 bytes × row length per
-/// slot); returns the function and its number of slots.
+/// slot). `ptrs` is the program's pointer table (by buffer id), or with `own_table` the kernel's
+/// own: then the buffers it holds, in order, are returned. Returns the function, its number of
+/// row-cache slots and that table.
 #[allow(clippy::too_many_arguments)]
 pub fn emit_kernel<'c>(
     cx: &'c Context,
@@ -131,8 +133,9 @@ pub fn emit_kernel<'c>(
     name: &str,
     attributes: &[(&str, &str)],
     row_cache: bool,
+    own_table: bool,
     errors: &mut Vec<(String, String, String)>,
-) -> Result<(FunctionValue<'c>, usize), LlvmError> {
+) -> Result<(FunctionValue<'c>, usize, Vec<BufferId>), LlvmError> {
     let ptr = cx.ptr_type(inkwell::AddressSpace::default());
     let i64t = cx.i64_type();
     let fty = cx.void_type().fn_type(
@@ -181,6 +184,7 @@ pub fn emit_kernel<'c>(
         locals: FxHashMap::default(),
         sym_cache: FxHashMap::default(),
         ptr_cache: FxHashMap::default(),
+        slots: own_table.then(Vec::new),
         memo: FxHashMap::default(),
         errors,
         current: (String::new(), String::new()),
@@ -196,5 +200,6 @@ pub fn emit_kernel<'c>(
     }
     b.build_return(None).map_err(llvm)?;
     entry.build_unconditional_branch(start_bb).map_err(llvm)?;
-    Ok((function, slots))
+    let table = e.slots.take().unwrap_or_default();
+    Ok((function, slots, table))
 }

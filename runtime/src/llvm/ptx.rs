@@ -57,7 +57,7 @@ pub fn generate(p: &mut Program, s: &Schedule, arch: &str) -> Result<PtxModule, 
     for (ki, k) in s.kernels.iter().enumerate() {
         let name = format!("k{ki}_{}", k.name);
         let attrs = [("target-cpu", arch), ("target-features", "+ptx85")];
-        let (f, _) = emit_kernel(
+        let (f, _, _) = emit_kernel(
             &cx,
             &module,
             &helpers,
@@ -65,6 +65,7 @@ pub fn generate(p: &mut Program, s: &Schedule, arch: &str) -> Result<PtxModule, 
             k,
             &name,
             &attrs,
+            false,
             false,
             &mut errors,
         )?;
