@@ -433,3 +433,42 @@ fn rehinting_backed_symbols_moves_hints_and_drops_guards() {
     // ... and changes nothing.
     assert_eq!(env.symbol_hint(env.symbol_id("s0").unwrap()), Some(8));
 }
+
+/// An assumption holds inside `assuming` only: ranges narrowed, symbols eliminated by an equality
+/// and hints moved with them are all as before afterwards, nested assumptions included.
+#[test]
+fn assuming_forgets_what_it_assumed() {
+    let mut env = env();
+    let (u0, u1) = (env.symbol_id("u0").unwrap(), env.symbol_id("u1").unwrap());
+    let before = |env: &mut ShapeEnv| {
+        let s = e(env, "u0 + u1");
+        let s = env.simplify(s);
+        (env.symbol_range(u0), env.symbol_range(u1), env.text(s), {
+            let k = e(env, "u1 >= 13");
+            env.statically_known_true(k)
+        })
+    };
+    let start = before(&mut env);
+    let c = e(&mut env, "(u0 >= 10) & (u1 == u0 + 3)");
+    let inner = env
+        .assuming(c, |env| {
+            let k = e(env, "u0 >= 10");
+            let narrowed = env.statically_known_true(k);
+            let k = e(env, "u1 >= 13");
+            let outer = env.statically_known_true(k);
+            let d = e(env, "u0 >= 100");
+            let nested = env.assuming(d, |env| {
+                let k = e(env, "u1 >= 103");
+                env.statically_known_true(k)
+            });
+            let k = e(env, "u1 >= 103");
+            (narrowed, outer, nested, env.statically_known_true(k))
+        })
+        .expect("satisfiable");
+    assert_eq!(inner, (true, true, Some(true), false));
+    assert_eq!(before(&mut env), start);
+    // A contradiction is no assumption at all.
+    let c = e(&mut env, "u0 + u1 < 0");
+    assert!(env.assuming(c, |_| ()).is_none());
+    assert_eq!(before(&mut env), start);
+}

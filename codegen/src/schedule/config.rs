@@ -178,15 +178,30 @@ fn next_pow2(v: i64) -> i64 {
 }
 
 /// The loop variables of every buffer and the variables bound by gathers.
-fn loop_symbols(p: &Program) -> FxHashSet<SymbolId> {
-    let mut out = FxHashSet::default();
+/// The loop variables of the program's computed buffers (and the variables their bodies bind),
+/// gathered once per schedule: `update` looks only at buffers added since the last call.
+#[derive(Default)]
+pub struct LoopSymbols {
+    set: FxHashSet<SymbolId>,
+    scanned: usize,
+}
+
+impl LoopSymbols {
+    fn update(&mut self, p: &Program) -> &mut FxHashSet<SymbolId> {
+        add_loop_symbols(p, self.scanned, &mut self.set);
+        self.scanned = p.buffers.len();
+        &mut self.set
+    }
+}
+
+fn add_loop_symbols(p: &Program, from: usize, out: &mut FxHashSet<SymbolId>) {
     let pool = p.env.pool();
     let mut add = |e: &Expr| {
         if let Some(id) = pool.as_symbol(*e) {
             out.insert(id);
         }
     };
-    for b in &p.buffers {
+    for b in &p.buffers[from..] {
         let (loops, body) = match &b.kind {
             BufferKind::Computed { loops, body } | BufferKind::Scatter { loops, body, .. } => {
                 (loops, body)
@@ -203,7 +218,6 @@ fn loop_symbols(p: &Program) -> FxHashSet<SymbolId> {
             }
         }
     }
-    out
 }
 
 /// The conditions under which `index` reads `vector` consecutive elements starting at a multiple
@@ -300,8 +314,7 @@ fn and_all(env: &mut ShapeEnv, conds: &[Expr]) -> Expr {
 }
 
 /// Adds the variants and the reasons for each choice to `k`.
-pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
-    let mut loop_syms = loop_symbols(p);
+pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols) -> Kernel {
     let env = &mut p.env;
     let reduction = !k.inner.is_empty();
     let (rows, row_len) = (k.rows, k.row_len);
@@ -316,6 +329,8 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
     let mut accesses: Vec<(BufferId, Expr, bool)> = Vec::new(); // (buffer, index in group vars, store)
     let mut itemsize = 1usize;
     let group_vars = group_vars(p, &k);
+    // (The kernel's own variables join the program's: no other kernel's indices use them.)
+    let loop_syms = loop_symbols.update(p);
     let env = &mut p.env;
     for v in &group_vars {
         loop_syms.insert(env.pool().as_symbol(*v).expect("a symbol"));
@@ -361,7 +376,7 @@ pub fn configure(p: &mut Program, mut k: Kernel) -> Kernel {
             vec_conds.push(env.pool_mut().eq(m, zero));
         }
         for &(buf, index, _) in &accesses {
-            match vector_conditions(env, index, v, vector_max, &loop_syms) {
+            match vector_conditions(env, index, v, vector_max, loop_syms) {
                 Ok(c) => vec_conds.extend(c),
                 Err(why) => {
                     reasons.push(format!(

@@ -126,11 +126,12 @@ pub fn schedule(program: &mut Program) -> Schedule {
     let steps = order::order(program, &deps, &groups);
     let mut kernels = Vec::new();
     let mut ordered_steps = Vec::new();
+    let mut loop_symbols = config::LoopSymbols::default();
     for s in steps {
         match s {
             fusion::Planned::Group(g) => {
                 let kernel = fusion::kernel_of(program, &deps, &groups[g], kernels.len());
-                let kernel = config::configure(program, kernel);
+                let kernel = config::configure(program, kernel, &mut loop_symbols);
                 ordered_steps.push(Step::Kernel(kernels.len()));
                 kernels.push(kernel);
             }

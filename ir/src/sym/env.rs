@@ -70,6 +70,8 @@ pub struct ShapeEnv {
     /// What a data-dependent index variable indexes (`node 'emb' (aten.embedding.default)`), for
     /// the error of a value out of range: the op the user wrote, not the kernel it was fused into.
     index_origins: FxHashMap<Expr, String>,
+    /// Under [`ShapeEnv::assuming`]: each symbol's state before the assumption first changed it.
+    pub(crate) sym_undo: Option<Vec<(SymbolId, SymState)>>,
 }
 
 impl Default for ShapeEnv {
@@ -108,6 +110,7 @@ impl ShapeEnv {
             index_counters: FxHashMap::default(),
             index_origins: FxHashMap::default(),
             derived_by_key: FxHashMap::default(),
+            sym_undo: None,
         }
     }
 

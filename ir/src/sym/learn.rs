@@ -2,7 +2,7 @@
 //! substitutions from equalities, divisibility and even hint shares for split pieces.
 
 use super::divmod::gcd;
-use super::env::ShapeEnv;
+use super::env::{ShapeEnv, SymState};
 use super::error::SymError;
 use super::expr::{CmpOp, Expr, Node, SymbolId, SymbolKind};
 use super::range::{ValueRange, INF};
@@ -40,8 +40,13 @@ impl ShapeEnv {
     /// what is known (it can never hold). For implications: `assuming(a, |e|
     /// e.statically_known_true(b))` proves that `b` holds wherever `a` does.
     pub fn assuming<T>(&mut self, cond: Expr, f: impl FnOnce(&mut ShapeEnv) -> T) -> Option<T> {
+        // Symbols' states are saved as the assumption changes them (`sym_mut`), not copied
+        // whole: a program's loop variables make the table large, and the scheduler assumes
+        // something for every variant of every kernel. The other tables hold what asserts taught
+        // (a few entries) and are copied.
         let saved = (
-            self.syms.clone(),
+            self.syms.len(),
+            self.sym_undo.replace(Vec::new()),
             self.facts.clone(),
             self.fact_signatures.clone(),
             self.divisibility.clone(),
@@ -53,8 +58,14 @@ impl ShapeEnv {
             Ok(()) => Some(f(self)),
             Err(_) => None,
         };
-        let (syms, facts, signatures, divisibility, asserts, assert_set) = saved;
-        self.syms = syms;
+        let (len, outer, facts, signatures, divisibility, asserts, assert_set) = saved;
+        let undo = std::mem::replace(&mut self.sym_undo, outer).unwrap_or_default();
+        for (id, st) in undo.into_iter().rev() {
+            if id.index() < len {
+                self.syms[id.index()] = st;
+            }
+        }
+        self.syms.truncate(len);
         self.facts = facts;
         self.fact_signatures = signatures;
         self.divisibility = divisibility;
@@ -63,6 +74,17 @@ impl ShapeEnv {
         // Memo entries made under the assumption are stale from here on.
         self.changed();
         out
+    }
+
+    /// Symbol `id`'s state, to be changed: under [`ShapeEnv::assuming`] it is saved first (once),
+    /// to be put back when the assumption ends.
+    fn sym_mut(&mut self, id: SymbolId) -> &mut SymState {
+        if let Some(undo) = &mut self.sym_undo {
+            if !undo.iter().any(|(saved, _)| *saved == id) {
+                undo.push((id, self.syms[id.index()].clone()));
+            }
+        }
+        &mut self.syms[id.index()]
     }
 
     /// Parses and checks an assert.
@@ -136,7 +158,7 @@ impl ShapeEnv {
             let new = round_to_multiple(new, st.divisor)
                 .ok_or_else(|| format!("no multiple of {} in {new}", st.divisor))?;
             if new != old {
-                self.syms[id.index()].range = new;
+                self.sym_mut(id).range = new;
                 self.changed();
             }
             return Ok(());
@@ -208,13 +230,13 @@ impl ShapeEnv {
             if upper_side {
                 let v = if c == 1 { r.hi } else { r.lo };
                 if let Some(b) = bound_for(self, v) {
-                    self.syms[id.index()].uppers.push(b);
+                    self.sym_mut(id).uppers.push(b);
                 }
             }
             if lower_side {
                 let v = if c == 1 { r.lo } else { r.hi };
                 if let Some(b) = bound_for(self, v) {
-                    self.syms[id.index()].lowers.push(b);
+                    self.sym_mut(id).lowers.push(b);
                 }
             }
             self.changed();
@@ -288,7 +310,7 @@ impl ShapeEnv {
         let rep = self.pool.scale(rest, -c);
         self.share_hints(&terms, c, d);
         let st = self.syms[id.index()].clone();
-        self.syms[id.index()].replacement = Some(rep);
+        self.sym_mut(id).replacement = Some(rep);
         self.changed();
         // What was known of the eliminated symbol is now known of its replacement.
         self.narrow_expr(rep, st.range)?;
@@ -300,7 +322,7 @@ impl ShapeEnv {
             // Keep a user hint alive on a lone replacement symbol that has none.
             if let Some(r) = self.pool.as_symbol(rep) {
                 if self.syms[r.index()].hint.is_none() && self.syms[r.index()].range.contains(h) {
-                    self.syms[r.index()].hint = Some(h);
+                    self.sym_mut(r).hint = Some(h);
                 }
             }
         }
@@ -335,20 +357,20 @@ impl ShapeEnv {
         let k = group.len() as i64;
         for t in group {
             let id = self.pool.as_symbol(t).expect("filtered");
-            self.syms[id.index()].share = Some((total, k));
+            self.sym_mut(id).share = Some((total, k));
         }
     }
 
     fn learn_multiple(&mut self, x: Expr, n: i64) -> Result<(), String> {
         let x = self.simplify(x);
         if let Some(id) = self.pool.as_symbol(x) {
-            let st = &mut self.syms[id.index()];
+            let st = self.sym_mut(id);
             let lcm = lcm(st.divisor, n);
             st.divisor = lcm;
             let r = st.range;
             let new =
                 round_to_multiple(r, lcm).ok_or_else(|| format!("no multiple of {lcm} in {r}"))?;
-            self.syms[id.index()].range = new;
+            self.sym_mut(id).range = new;
         } else {
             let d = self.divisibility.entry(x).or_insert(1);
             *d = lcm(*d, n);
