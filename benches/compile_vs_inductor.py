@@ -4,7 +4,9 @@ A Llama-architecture model (random weights, hidden 256, 8 heads / 2 KV heads, in
 vocabulary 8000) at several depths, the sequence length unbacked. Every contestant runs in a
 process of its own, and the contestants are interleaved within each repeat:
 
-- `export`: guardless's front end, `guardless.export` (torch.export) of the model to a graph;
+- `export`: guardless's front end, `guardless.export` (torch.export) of the model to a graph,
+  timed around the call (the process's imports and the model's construction left out, as for
+  Inductor);
 - `cuda cold` / `cuda warm`: `guardless compile --emit cuda,ptx` of that graph (lower, schedule,
   CUDA C, NVRTC for sm_90) with an empty disk cache, then with the cache the cold run filled;
 - `cpu`: `guardless run --device cpu` at n = 16 (the LLVM JIT of every kernel and one call);
@@ -35,7 +37,7 @@ import torch, transformers as tf
 torch.manual_seed(0)
 config = tf.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers={layers},
                         num_attention_heads=8, num_key_value_heads=2, vocab_size=8000,
-                        max_position_embeddings=4096)
+                        max_position_embeddings=4096, use_cache=False)
 model = tf.LlamaForCausalLM(config).eval()
 ids = torch.randint(0, 8000, (1, 16))
 """
@@ -43,8 +45,11 @@ ids = torch.randint(0, 8000, (1, 16))
 EXPORT = MODEL + """
 import sys
 sys.path.insert(0, {python!r})
+import time
 import guardless
+t = time.perf_counter()
 e = guardless.export(model, (ids,), unbacked={{"input_ids": {{1: ("n", 2, 4096)}}}})
+print(time.perf_counter() - t)
 e.save({graph!r})
 """
 
@@ -85,7 +90,7 @@ def main():
             times = {k: [] for k in ["export", "cuda cold", "cuda warm", "cpu", "inductor cold", "inductor warm"]}
             for r in range(a.repeats):
                 code = EXPORT.format(layers=layers, python=os.path.join(ROOT, "python"), graph=graph)
-                times["export"].append(timed([py, "-c", code])[0])
+                times["export"].append(float(timed([py, "-c", code])[1].split()[-1]))
                 cache = os.path.join(work, f"cache{layers}.{r}")
                 env = dict(os.environ, GUARDLESS_CACHE_DIR=cache)
                 out = os.path.join(work, f"out{layers}")

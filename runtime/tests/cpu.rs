@@ -271,14 +271,8 @@ fn identical_layers_share_native_functions_with_their_own_buffers_and_errors() {
     for (seed, n) in [(1, 1), (2, 17)] {
         let b = bindings_of("three layers", &g, &[("n", n)]);
         let mut inputs = random_inputs(&g, &b, seed, (0, 64));
-        // Weights at the scale of a trained model (1/sqrt(fan-in)), so three layers stay finite.
-        for (t, decl) in inputs.iter_mut().zip(&g.inputs) {
-            if decl.kind == guardless_ir::graph::InputKind::Parameter && t.shape.len() == 2 {
-                let s = 1.0 / (t.shape[1] as f64).sqrt();
-                let v: Vec<f64> = (0..t.numel()).map(|i| t.get_f64(i) * s).collect();
-                *t = guardless_ir::tensor::HostTensor::from_f64(t.dtype, &t.shape, &v);
-            }
-        }
+        // Weights at the scale of a trained model, so three layers stay finite.
+        differential::layers::at_trained_scale(&g, &mut inputs);
         let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
         let want = reference::run(&g, &inputs, &b).unwrap();
         let got = cpu.run(&inputs, &b, &poisoned()).unwrap();
@@ -286,18 +280,7 @@ fn identical_layers_share_native_functions_with_their_own_buffers_and_errors() {
         assert_accurate(&format!("three layers at n = {n}"), &got, &want, &ideal);
 
         // Layer 2's position ids out of range: layer 2's rotary lookup says so.
-        let at = g
-            .inputs
-            .iter()
-            .position(|i| i.name == "l2_positions")
-            .unwrap();
-        let mut ids = vec![0i64; n as usize];
-        ids[n as usize - 1] = 2048;
-        inputs[at] = guardless_ir::tensor::HostTensor::from_i64(
-            guardless_ir::graph::DType::I64,
-            &[n as usize],
-            &ids,
-        );
+        differential::layers::with_last_position(&g, &mut inputs, "l2_positions", n as usize, 2048);
         let err = cpu.run(&inputs, &b, &poisoned()).unwrap_err().to_string();
         assert!(
             err.contains("node 'l2_") && err.contains("out of range"),

@@ -1,5 +1,6 @@
 //! Models of many identical layers, made from a graph of one: the shape of a served model (24–80
 //! decoder layers), for the tests and benchmarks of compiling at depth.
+#![allow(dead_code)]
 
 use serde_json::{json, Value};
 
@@ -73,4 +74,38 @@ fn renamed_refs(v: &mut Value, rename: &dyn Fn(&str) -> String) {
         Value::Array(a) => a.iter_mut().for_each(|x| renamed_refs(x, rename)),
         _ => {}
     }
+}
+
+/// Scales every 2-D parameter of `graph` in `inputs` by 1/sqrt(fan-in), the scale of a trained
+/// model's weights, so that a stack of layers on random inputs stays finite.
+pub fn at_trained_scale(
+    graph: &guardless_ir::graph::Graph,
+    inputs: &mut [guardless_ir::tensor::HostTensor],
+) {
+    for (t, decl) in inputs.iter_mut().zip(&graph.inputs) {
+        if decl.kind == guardless_ir::graph::InputKind::Parameter && t.shape.len() == 2 {
+            let s = 1.0 / (t.shape[1] as f64).sqrt();
+            let v: Vec<f64> = (0..t.numel()).map(|i| t.get_f64(i) * s).collect();
+            *t = guardless_ir::tensor::HostTensor::from_f64(t.dtype, &t.shape, &v);
+        }
+    }
+}
+
+/// Sets input `name` (`n` position ids) in `inputs` to zeros but for its last, `value`.
+pub fn with_last_position(
+    graph: &guardless_ir::graph::Graph,
+    inputs: &mut [guardless_ir::tensor::HostTensor],
+    name: &str,
+    n: usize,
+    value: i64,
+) {
+    let at = graph
+        .inputs
+        .iter()
+        .position(|i| i.name == name)
+        .unwrap_or_else(|| panic!("no input {name}"));
+    let mut ids = vec![0i64; n];
+    ids[n - 1] = value;
+    inputs[at] =
+        guardless_ir::tensor::HostTensor::from_i64(guardless_ir::graph::DType::I64, &[n], &ids);
 }
