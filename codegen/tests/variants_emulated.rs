@@ -196,22 +196,27 @@ const TEST: &str = "every_variant_of_every_example_runs_where_the_launcher_selec
 
 #[test]
 fn every_variant_of_every_example_runs_where_the_launcher_selects_it() {
-    // The sanitized children, one per core, each taking every `shards`-th example file.
-    let shards = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
+    // A sanitized child per example file, one per core at a time, the files taken in turn.
     if !emu::asan_loaded() {
-        let outputs: Vec<_> = std::thread::scope(|sc| {
-            let children: Vec<_> = (0..shards)
-                .map(|i| {
-                    sc.spawn(move || {
-                        let shard = format!("{i}/{shards}");
-                        emu::sanitized(TEST, &[(SHARD, &shard)]).expect("a child process")
-                    })
-                })
-                .collect();
-            children.into_iter().map(|c| c.join().unwrap()).collect()
+        let only = std::env::var("GUARDLESS_VARIANTS_ONLY").ok();
+        let files: Vec<String> = example_files()
+            .into_iter()
+            .filter(|f| only.as_deref().is_none_or(|o| f.contains(o)))
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let outputs = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|sc| {
+            for _ in 0..threads {
+                sc.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(file) = files.get(k) else { break };
+                    let out = emu::sanitized(TEST, &[(FILE, file)]).expect("a child process");
+                    outputs.lock().unwrap().push(out);
+                });
+            }
         });
+        let outputs = outputs.into_inner().unwrap();
         let mut total = 0;
         for out in outputs {
             let stdout = String::from_utf8_lossy(&out.stdout);
@@ -228,25 +233,17 @@ fn every_variant_of_every_example_runs_where_the_launcher_selects_it() {
             );
             total += checked.unwrap_or(0);
         }
-        let only = std::env::var("GUARDLESS_VARIANTS_ONLY").is_ok();
-        assert!(only || total > 100, "only {total} variants");
+        assert!(only.is_some() || total > 100, "only {total} variants");
         return;
     }
     let only = std::env::var("GUARDLESS_VARIANTS_ONLY").ok();
-    let (shard, shards) = std::env::var(SHARD)
-        .ok()
-        .and_then(|s| {
-            let (i, n) = s.split_once('/')?;
-            Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
-        })
-        .unwrap_or((0, 1));
+    let file_only = std::env::var(FILE).ok();
     let mut total = 0;
     let mut runs = 0;
-    let files = examples::example_names()
-        .into_iter()
-        .flat_map(|name| ["unbacked", "backed"].map(|kind| format!("{name}.{kind}")));
-    for (i, file) in files.enumerate() {
-        if i % shards != shard || only.as_deref().is_some_and(|o| !file.contains(o)) {
+    for file in example_files() {
+        if only.as_deref().is_some_and(|o| !file.contains(o))
+            || file_only.as_deref().is_some_and(|f| f != file)
+        {
             continue;
         }
         let g = Graph::from_json(&examples::example(&file)).unwrap();
@@ -329,8 +326,16 @@ fn every_variant_of_every_example_runs_where_the_launcher_selects_it() {
     println!("variants checked: {total} ({runs} runs)");
 }
 
-/// `i/n`: the child checks the example files whose position is `i` modulo `n`.
-const SHARD: &str = "GUARDLESS_VARIANTS_SHARD";
+/// The one example file a sanitized child checks.
+const FILE: &str = "GUARDLESS_VARIANTS_FILE";
+
+/// Every example graph file: `rms_norm.unbacked`, `rms_norm.backed`, …
+fn example_files() -> Vec<String> {
+    examples::example_names()
+        .into_iter()
+        .flat_map(|name| ["unbacked", "backed"].map(|kind| format!("{name}.{kind}")))
+        .collect()
+}
 
 fn lower_of(g: &Graph) -> Program {
     guardless_ir::lower::lower(g).unwrap()

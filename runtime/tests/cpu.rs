@@ -92,29 +92,42 @@ fn every_example_graph_matches_the_reference() {
         .collect();
     names.sort();
     assert!(names.len() >= 18, "the examples: {names:?}");
-    for (k, name) in names.iter().enumerate() {
-        let text = std::fs::read_to_string(format!("{}/{name}.json", examples_dir())).unwrap();
-        let g = Graph::from_json(&text).unwrap();
-        // The decoder layer's reference is slow: fewer and smaller sizes.
-        let sizes: &[i64] = if name.starts_with("llama_decoder") {
-            &[0, 1, 2, 61]
-        } else {
-            &[0, 1, 2, 17, 1000]
-        };
-        // Backed examples start at 1.
-        let range = g.env.symbol_range(g.env.symbol_id("n").unwrap());
-        let sizes: Vec<i64> = sizes
-            .iter()
-            .copied()
-            .filter(|&v| range.contains(v))
-            .collect();
-        let compared = check(name, &g, "n", &sizes, 100 + k as u64, false, (0, 4));
-        assert_eq!(
-            compared,
-            sizes.len(),
-            "{name}: compared at only {compared} sizes"
-        );
-    }
+    // The reference is single-threaded: the examples on one thread per core, taken in turn.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(name) = names.get(k) else { break };
+                example_matches_the_reference(k, name);
+            });
+        }
+    });
+}
+
+fn example_matches_the_reference(k: usize, name: &str) {
+    let text = std::fs::read_to_string(format!("{}/{name}.json", examples_dir())).unwrap();
+    let g = Graph::from_json(&text).unwrap();
+    // The decoder layer's reference is slow: fewer and smaller sizes.
+    let sizes: &[i64] = if name.starts_with("llama_decoder") {
+        &[0, 1, 2, 61]
+    } else {
+        &[0, 1, 2, 17, 1000]
+    };
+    // Backed examples start at 1.
+    let range = g.env.symbol_range(g.env.symbol_id("n").unwrap());
+    let sizes: Vec<i64> = sizes
+        .iter()
+        .copied()
+        .filter(|&v| range.contains(v))
+        .collect();
+    let compared = check(name, &g, "n", &sizes, 100 + k as u64, false, (0, 4));
+    assert_eq!(
+        compared,
+        sizes.len(),
+        "{name}: compared at only {compared} sizes"
+    );
 }
 
 #[test]
