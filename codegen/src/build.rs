@@ -12,7 +12,7 @@ use thiserror::Error;
 use crate::cache::Cache;
 use crate::cuda::{generate, structural_key, CudaModule, EntryOf};
 use crate::nvrtc::{Compiled, NvrtcError};
-use crate::schedule::Schedule;
+use crate::schedule::{Kernel, Schedule};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
@@ -128,8 +128,8 @@ fn shrink(
         for &i in &pending {
             let ((ki, vi), bytes) = targets[i];
             let k = &mut s.kernels[ki];
-            let old = k.variants[vi].config.clone();
-            let Some((smaller, what)) = old.smaller() else {
+            let why = format!("spilled {bytes} bytes on {arch} (ptxas)");
+            if !shrink_variant(p, k, vi, &why) {
                 let tried = steps.get(&(ki, vi)).copied().unwrap_or(0);
                 return Err(BuildError::Spills {
                     function: format!("{}_v{vi}", k.name),
@@ -138,12 +138,7 @@ fn shrink(
                     arch: arch.into(),
                     tried: format!(" in every configuration ({tried} smaller ones tried)"),
                 });
-            };
-            let (rows, row_len) = (k.rows, k.row_len);
-            k.variants[vi].reconfigure(&mut p.env, rows, row_len, smaller);
-            k.reasons.push(format!(
-                "spills: v{vi} spilled {bytes} bytes on {arch} (ptxas); {what}"
-            ));
+            }
             *steps.entry((ki, vi)).or_default() += 1;
         }
         let module = generate(p, s);
@@ -182,19 +177,25 @@ pub fn replay(p: &mut Program, s: &mut Schedule, fallbacks: &[Fallback]) -> Resu
             return Err(format!("fallback for {name}: no variant {}", f.variant));
         }
         for _ in 0..f.steps {
-            let (smaller, what) = k.variants[f.variant].config.smaller().ok_or_else(|| {
-                format!(
+            if !shrink_variant(p, k, f.variant, "(recorded fallback)") {
+                return Err(format!(
                     "fallback for {name}_v{}: {} steps, but the configuration has fewer",
                     f.variant, f.steps
-                )
-            })?;
-            let (rows, row_len) = (k.rows, k.row_len);
-            k.variants[f.variant].reconfigure(&mut p.env, rows, row_len, smaller);
-            k.reasons.push(format!(
-                "spills: v{} (recorded fallback); {what}",
-                f.variant
-            ));
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// Gives variant `vi` of `k` its next smaller configuration and says why in the kernel's reasons
+/// (`spills: v0 {why}; {what changed}`); false when it has none.
+fn shrink_variant(p: &mut Program, k: &mut Kernel, vi: usize, why: &str) -> bool {
+    let Some((smaller, what)) = k.variants[vi].config.smaller() else {
+        return false;
+    };
+    let (rows, row_len) = (k.rows, k.row_len);
+    k.variants[vi].reconfigure(&mut p.env, rows, row_len, smaller);
+    k.reasons.push(format!("spills: v{vi} {why}; {what}"));
+    true
 }

@@ -37,7 +37,7 @@ pub enum CudaError {
 
 /// The fallbacks `kernels.json` of a compiled artifact records (none when it has no such file
 /// or no such list: an artifact compiled without spills).
-pub fn artifact_fallbacks(dir: &Path) -> Result<Vec<Fallback>, String> {
+fn artifact_fallbacks(dir: &Path) -> Result<Vec<Fallback>, String> {
     let path = dir.join("kernels.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(Vec::new());
