@@ -6,7 +6,8 @@ process of its own, and the contestants are interleaved within each repeat:
 
 - `export`: guardless's front end, `guardless.export` (torch.export) of the model to a graph,
   timed around the call (the process's imports and the model's construction left out, as for
-  Inductor);
+  Inductor), its repeated layers traced once (the default); `export whole`: the same with
+  `stack_layers=None`, every layer traced;
 - `cuda cold` / `cuda warm`: `guardless compile --emit cuda,ptx` of that graph (lower, schedule,
   CUDA C, NVRTC for sm_90) with an empty disk cache, then with the cache the cold run filled;
 - `cpu`: `guardless run --device cpu` at n = 16 (the LLVM JIT of every kernel and one call);
@@ -48,8 +49,9 @@ sys.path.insert(0, {python!r})
 import time
 import guardless
 t = time.perf_counter()
-e = guardless.export(model, (ids,), unbacked={{"input_ids": {{1: ("n", 2, 4096)}}}})
+e = guardless.export(model, (ids,), unbacked={{"input_ids": {{1: ("n", 2, 4096)}}}}, stack_layers={stack})
 print(time.perf_counter() - t)
+print(e.stacking, file=sys.stderr)
 e.save({graph!r})
 """
 
@@ -62,6 +64,9 @@ with torch.no_grad():
     t = time.perf_counter(); compiled(ids); first = time.perf_counter() - t
 print(first - eager)
 """
+
+
+COLUMNS = ["export", "export whole", "cuda cold", "cuda warm", "cpu", "inductor cold", "inductor warm"]
 
 
 def timed(cmd, env=None):
@@ -87,10 +92,12 @@ def main():
     try:
         for layers in a.layers:
             graph = os.path.join(work, f"llama{layers}.json")
-            times = {k: [] for k in ["export", "cuda cold", "cuda warm", "cpu", "inductor cold", "inductor warm"]}
+            times = {k: [] for k in COLUMNS}
             for r in range(a.repeats):
-                code = EXPORT.format(layers=layers, python=os.path.join(ROOT, "python"), graph=graph)
-                times["export"].append(float(timed([py, "-c", code])[1].split()[-1]))
+                # The stacked export last: its graph is the one compiled below.
+                for kind, stack in [("export whole", None), ("export", 4)]:
+                    code = EXPORT.format(layers=layers, python=os.path.join(ROOT, "python"), graph=graph, stack=stack)
+                    times[kind].append(float(timed([py, "-c", code])[1].split()[-1]))
                 cache = os.path.join(work, f"cache{layers}.{r}")
                 env = dict(os.environ, GUARDLESS_CACHE_DIR=cache)
                 out = os.path.join(work, f"out{layers}")
@@ -111,7 +118,7 @@ def main():
             rows.append((layers, {k: statistics.median(v) if v else None for k, v in times.items()}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    cols = ["export", "cuda cold", "cuda warm", "cpu", "inductor cold", "inductor warm"]
+    cols = COLUMNS
     print("| layers | " + " | ".join(cols) + " | Inductor cold / (export + cuda cold) |")
     print("| ---: | " + " | ".join("---:" for _ in cols) + " | ---: |")
     for layers, m in rows:

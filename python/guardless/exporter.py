@@ -64,6 +64,8 @@ def supported_ops() -> set[str]:
 class Exported:
     graph: dict
     parameters: dict = field(default_factory=dict)
+    # How the repeated layers were traced (`export(stack_layers=...)`), or why they were not.
+    stacking: str | None = None
 
     def save(self, graph_path: str, parameters_path: str | None = None) -> None:
         with open(graph_path, "w") as f:
@@ -109,7 +111,8 @@ def _expr(v, renames: dict | None = None) -> str:
         if renames:
             import sympy
 
-            e = e.xreplace({k: sympy.Symbol(name) for k, name in renames.items()})
+            # A name, or (a stacked layer's symbols) an expression of the model's symbols.
+            e = e.xreplace({k: sympy.Symbol(r) if isinstance(r, str) else r for k, r in renames.items()})
         return str(e)
     if isinstance(v, bool):
         return "True" if v else "False"
@@ -214,6 +217,7 @@ def export(
     unbacked: dict | None = None,
     optimization_hints: dict | None = None,
     name: str | None = None,
+    stack_layers: int | None = 4,
 ) -> Exported:
     """Exports `model` called on `example_inputs`.
 
@@ -221,6 +225,12 @@ def export(
     dimensions unbacked instead, and the graph calls them by the given symbol names;
     `optimization_hints` maps unbacked symbol names to the size to tune for. An input name, a
     dimension or a symbol that matches nothing is an error naming what there is.
+
+    `stack_layers`: the members of a `ModuleList` holding at least this many layers of one
+    structure are traced once per group of interchangeable calls and their graph repeated
+    (`guardless.stacking`), so that export time does not grow with depth (tracing a layer apart
+    costs about what tracing three in the model does: below 4 it does not pay); `None`: never.
+    Where it cannot be done the whole model is traced, and `Exported.stacking` says why.
     """
     if not torch.__version__.startswith(SUPPORTED_TORCH):
         raise ExportError(f"torch {torch.__version__}: the exporter supports {SUPPORTED_TORCH}")
@@ -233,6 +243,25 @@ def export(
         _check_input_dims("dynamic_shapes", dynamic_shapes, example_inputs, params)
     if unbacked:
         dynamic_shapes = unbacked_spec(example_inputs, unbacked, params)
+    hints, title = dict(optimization_hints or {}), name or type(model).__name__
+    stacking_note = None
+    if stack_layers is not None:
+        from . import stacking
+
+        layers = stacking.repeated_layers(model, max(int(stack_layers), 2))
+        if layers:
+            try:
+                ep, stacked = stacking.trace(model, example_inputs, dynamic_shapes, layers, _decompositions())
+                renames = _user_symbols(ep, unbacked, params) if unbacked else {}
+                out = from_exported(ep, hints, title, renames, stacked)
+                out.stacking = (
+                    f"{len(stacked.calls)} calls of repeated layers, traced as {len(stacked.groups)} "
+                    f"layer graph{'s' if len(stacked.groups) != 1 else ''}"
+                )
+                return out
+            except Exception as e:  # noqa: BLE001 — any failure: trace the whole model instead
+                first = (str(e).strip().splitlines() or [""])[0]
+                stacking_note = f"the whole model was traced: stacking its layers failed: {type(e).__name__}: {first}"
     try:
         ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     except Exception as e:
@@ -242,7 +271,9 @@ def export(
         raise ExportError(hint) from e
     ep = ep.run_decompositions(_decompositions())
     renames = _user_symbols(ep, unbacked, params) if unbacked else {}
-    return from_exported(ep, dict(optimization_hints or {}), name or type(model).__name__, renames)
+    out = from_exported(ep, hints, title, renames)
+    out.stacking = stacking_note
+    return out
 
 
 def _data_dependent_advice(e: Exception, unbacked: dict, names: list[str]) -> str | None:
@@ -361,8 +392,10 @@ _ALIASES = {
 
 
 class _Writer:
-    def __init__(self, renames: dict | None = None):
+    def __init__(self, renames: dict | None = None, stacked=None):
         self.renames = renames or {}
+        self.stacked = stacked  # _StackedCalls: the repeated layers' graphs, inlined at each call
+        self.prefix = ""  # before the names of an inlined layer's nodes
         self.refs: dict = {}  # fx node → JSON value standing for it
         self.nodes: list[dict] = []
         self.asserts: list[str] = []
@@ -385,6 +418,48 @@ class _Writer:
         if self.asserts:
             graph["asserts"] = self.asserts
         return graph
+
+    def name(self, n: torch.fx.Node) -> str:
+        return self.prefix + n.name
+
+    def inline(self, n: torch.fx.Node):
+        """A stacked layer's call: its group's layer graph, written with this call's inputs,
+        weights and sizes, its nodes named after the layer's module path."""
+        from . import stacking
+
+        inputs, index = n.args
+        call = self.stacked.calls[index]
+        layer = self.stacked.graphs[call.group]
+        try:
+            mapping = stacking.symbol_map(layer, n)
+        except stacking.Unstackable as e:
+            self.errors.append(f"node '{n.name}' (the layer {call.path}): {e}")
+            self.refs[n] = [{"tensor": n.name}] * len(layer.ep.graph_signature.output_specs)
+            return
+        saved = (self.renames, self.prefix)
+        outer = self.renames
+        self.renames = {k: _renamed(v, outer) for k, v in mapping.items()}
+        # Named after the module; a module called again (shared weights): after the call too.
+        base = re.sub(r"[^A-Za-z0-9_]", "_", call.path)
+        prefix, k = base + "__", 1
+        while prefix in self.stacked.prefixes:
+            k += 1
+            prefix = f"{base}__call{k}__"
+        self.stacked.prefixes.add(prefix)
+        self.prefix = prefix
+        try:
+            for ln in layer.ep.graph.nodes:
+                if ln.op == "placeholder":
+                    if ln.name in layer.user:
+                        self.refs[ln] = self.value(inputs[layer.user[ln.name]])
+                    else:
+                        self.refs[ln] = self.refs[self.stacked.weight(f"{call.path}.{layer.weights[ln.name]}")]
+                elif ln.op == "call_function":
+                    self.call(ln)
+                elif ln.op == "output":
+                    self.refs[n] = [self.value(o) for o in ln.args[0]]
+        finally:
+            self.renames, self.prefix = saved
 
     def expr(self, v) -> str:
         return _expr(v, self.renames)
@@ -433,16 +508,22 @@ class _Writer:
         try:
             self._call(n)
         except ExportError as e:
-            self.errors.append(f"node '{n.name}' ({n.target}): {e}")
+            self.errors.append(f"node '{self.name(n)}' ({n.target}): {e}")
         if len(self.errors) > before:
             # Its users refer to it by name, so the error list names each root cause once.
-            self.refs.setdefault(n, {"tensor": n.name})
+            self.refs.setdefault(n, {"tensor": self.name(n)})
 
     def _call(self, n: torch.fx.Node):
         t = n.target
         if t is operator.getitem:
             src, i = n.args
-            self.refs[n] = {"tensor": src.name, "index": i}
+            if isinstance(self.refs.get(src), list):  # an output of a stacked layer's call
+                self.refs[n] = self.refs[src][i]
+            else:
+                self.refs[n] = {"tensor": self.name(src), "index": i}
+            return
+        if self.stacked is not None and t is self.stacked.op:
+            self.inline(n)
             return
         if t in _SYM_OPS or _is_size_op(t):
             # A size expression: its value is the expression.
@@ -450,14 +531,16 @@ class _Writer:
             return
         if t is torch.ops.aten._assert_scalar.default:
             cond = self.expr(n.meta.get("val", n.args[0]) if not isinstance(n.args[0], torch.fx.Node) else n.args[0].meta["val"])
-            if cond not in self.asserts:  # one name for several dimensions: the same assert
+            # One name for several dimensions: the same assert; a stacked layer's bound on a
+            # symbol the model's range already implies: "True".
+            if cond not in self.asserts and cond != "True":
                 self.asserts.append(cond)
             return
         if not isinstance(t, torch._ops.OpOverload):
             if isinstance(n.meta.get("val"), torch.SymFloat):
-                self.errors.append(f"node '{n.name}': {t} makes a float from sizes; guardless's sizes are integers")
+                self.errors.append(f"node '{self.name(n)}': {t} makes a float from sizes; guardless's sizes are integers")
             else:
-                self.errors.append(f"node '{n.name}': {t} is not an ATen op")
+                self.errors.append(f"node '{self.name(n)}': {t} is not an ATen op")
             return
         schema = t._schema
         args = {}
@@ -471,29 +554,62 @@ class _Writer:
                     continue
                 args[arg.name] = self.value(val)
         except ExportError as e:
-            self.errors.append(f"node '{n.name}' ({t}): {e}")
+            self.errors.append(f"node '{self.name(n)}' ({t}): {e}")
             return
         op = f"aten.{t._opname}.{t._overloadname}" if t.namespace == "aten" else str(t)
         if op in _ALIASES:
             op, names = _ALIASES[op]
             args = {names.get(k, k): v for k, v in args.items()}
         if op not in self.supported:
-            self.errors.append(f"node '{n.name}': {op} is not supported by guardless")
-            self.refs[n] = {"tensor": n.name}
+            self.errors.append(f"node '{self.name(n)}': {op} is not supported by guardless")
+            self.refs[n] = {"tensor": self.name(n)}
             return
-        node = {"name": n.name, "op": op, "args": args}
+        node = {"name": self.name(n), "op": op, "args": args}
         v = n.meta.get("val")
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             try:
                 node["symbol"] = self.expr(v)
             except ExportError as e:
-                self.errors.append(f"node '{n.name}' ({op}): {e}")
+                self.errors.append(f"node '{self.name(n)}' ({op}): {e}")
                 return
         elif isinstance(v, torch.Tensor) and any(not isinstance(d, int) and str(d.node.expr).startswith("u") and d.node.expr.is_symbol for d in v.shape):
             node["shape"] = [self.expr(d) if not isinstance(d, int) else d for d in v.shape]
         self.nodes.append(node)
         # A scalar read from a tensor is used through its symbol.
-        self.refs[n] = node["symbol"] if "symbol" in node else {"tensor": n.name}
+        self.refs[n] = node["symbol"] if "symbol" in node else {"tensor": self.name(n)}
+
+
+def _renamed(e, renames: dict):
+    """A sympy expression of torch's symbols with `renames` applied (names or expressions)."""
+    import sympy
+
+    if isinstance(e, int):
+        return sympy.Integer(e)
+    return e.xreplace({k: sympy.Symbol(r) if isinstance(r, str) else r for k, r in renames.items()})
+
+
+class _StackedCalls:
+    """The writer's view of `stacking.Stacked`: calls, group graphs, the model's weights."""
+
+    def __init__(self, stacked, ep: ExportedProgram):
+        from . import stacking
+
+        self.op = stacking.layer_op()
+        self.calls = stacked.calls
+        self.graphs = stacked.graphs
+        self.prefixes: set = set()  # of the inlined calls' node names
+        placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        # The model's parameter/buffer name → its placeholder (written before any call).
+        self.weights = {
+            s.target: placeholders[s.arg.name]
+            for s in ep.graph_signature.input_specs
+            if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)
+        }
+
+    def weight(self, target: str):
+        if target not in self.weights:
+            raise ExportError(f"the stacked layer's weight '{target}' is not an input of the model's graph")
+        return self.weights[target]
 
 
 def _mutations(ep: ExportedProgram, outputs: list, errors: list) -> list:
@@ -523,10 +639,11 @@ def _mutations(ep: ExportedProgram, outputs: list, errors: list) -> list:
     return marked
 
 
-def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | None = None) -> Exported:
+def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | None = None, stacked=None) -> Exported:
     """The graph of `ep`; `hints` maps unbacked symbols (by their names in the graph, or torch's) to
-    optimization hints; `renames` maps torch's symbols to the names the graph gives them."""
-    w = _Writer(renames)
+    optimization hints; `renames` maps torch's symbols to the names the graph gives them;
+    `stacked` (`stacking.Stacked`) the graphs of its repeated layers' calls, inlined."""
+    w = _Writer(renames, _StackedCalls(stacked, ep) if stacked is not None else None)
     kinds = {}
     params = {}
     state = dict(ep.state_dict)

@@ -64,13 +64,18 @@ def build(name):
     return Logits(cls(cfg).eval()).eval()
 
 
+# The corpus's models have two layers: their layers are stacked (traced once, repeated) as a
+# deep model's are by default (guardless.export stacks four or more).
+STACK = 2
+
+
 def export(model, kind):
     ids = torch.randint(0, VOCAB, EXAMPLE)
     if kind == "backed":
         shapes = {"input_ids": {0: torch.export.Dim("batch", min=1, max=64),
                                 1: torch.export.Dim("seq", min=2, max=128)}}
-        return guardless.export(model, (ids,), dynamic_shapes=shapes)
-    return guardless.export(model, (ids,),
+        return guardless.export(model, (ids,), dynamic_shapes=shapes, stack_layers=STACK)
+    return guardless.export(model, (ids,), stack_layers=STACK,
                             # Batch from 2: at 1, the models' broadcasting code guards on it.
                             unbacked={"input_ids": {0: ("batch", 2, 64), 1: ("seq", 2, 128)}},
                             optimization_hints={"batch": 8, "seq": 64})

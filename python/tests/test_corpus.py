@@ -20,6 +20,8 @@ class CorpusTest(unittest.TestCase):
         for kind in ("backed", "unbacked"):
             with self.subTest(kind=kind):
                 e = corpus.export(model, kind)  # an unsupported op raises, listing them all
+                # The decoder's layers are traced once and repeated, not traced whole.
+                self.assertRegex(e.stacking or "", r"^\d+ calls of repeated layers, traced as 1 layer graph$")
                 syms = {s["kind"] for s in e.graph["symbols"]}
                 self.assertEqual(syms, {kind}, e.graph["symbols"])
                 err, _ = corpus.compare(model, e, corpus.SIZES[kind])

@@ -1,0 +1,449 @@
+"""Repeated layers traced once: what keeps `guardless.export` flat in a model's depth.
+
+A decoder is a `ModuleList` of N layers of one structure. Tracing it costs torch.export time per
+layer (tracing, then `run_decompositions`), although every layer yields the same graph but for its
+weights. Here each layer of such a list is traced as one opaque call (`guardless::layer`, whose
+fake kernel runs the layer's forward on fake tensors — once per *group* of interchangeable calls),
+one layer per group is exported on its own, and the writer inlines that graph at every call with
+the call's inputs, weights and sizes.
+
+Two calls are in one group only when nothing the layer's forward can see differs between them:
+the same module structure (classes, parameter and buffer names, shapes, dtypes, training flags),
+the same non-tensor arguments, the same input shapes, dtypes and strides (as symbolic
+expressions), and the same values of every plain attribute the forward read on the group's first
+layer (Gemma's `is_sliding`, a per-layer scale; not `layer_idx` when the forward never reads it).
+Anything else — a layer that mutates its inputs or buffers, makes a size of its own (`nonzero`),
+a tensor constant, an input size that is an expression rather than a symbol — makes the export
+fall back to tracing the whole model (`Stacked.fallback` says why).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+_TENSOR = object()  # marks a tensor's place among a call's flattened arguments
+_MODULE_STATE = set(torch.nn.Module().__dict__)  # nn.Module's own bookkeeping, not user attributes
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+class Unstackable(Exception):
+    """Why the repeated layers could not be traced once (the export traces the whole model)."""
+
+
+_op = None
+
+
+def layer_op():
+    """`guardless::layer(Tensor[] inputs, int call) -> Tensor[]`, defined on first use."""
+    global _op
+    if _op is None:
+
+        @torch.library.custom_op("guardless::layer", mutates_args=())
+        def layer(inputs: list[torch.Tensor], call: int) -> list[torch.Tensor]:
+            raise RuntimeError("guardless::layer stands for a layer while exporting; it never runs")
+
+        @layer.register_fake
+        def _(inputs, call):
+            return _active.fake(inputs, call)
+
+        _op = torch.ops.guardless.layer.default
+    return _op
+
+
+def _structure(m: torch.nn.Module) -> tuple:
+    return tuple(
+        (path, type(sub), sub.training,
+         tuple((k, tuple(v.shape), v.dtype) for k, v in sub._parameters.items() if v is not None),
+         tuple((k, tuple(v.shape), v.dtype) for k, v in sub._buffers.items() if v is not None))
+        for path, sub in m.named_modules()
+    )
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    return (str(t.dtype), str(t.device), tuple(_canonical(d) for d in t.shape), tuple(_canonical(s) for s in t.stride()))
+
+
+def _canonical(d) -> str:
+    """A size or stride as text, each `Max`/`Min` whose argument always wins (by the symbols'
+    ranges) replaced by that argument: torch writes a stride `32*Max(1, u0)` or `32*u0` by the
+    path that made it, the same value where u0 >= 1."""
+    if not isinstance(d, torch.SymInt):
+        return str(d)
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    ranges = d.node.shape_env.var_to_range
+
+    def decided(x):
+        winner = x.args[0]
+        for a in x.args[1:]:
+            diff = a - winner if type(x).__name__ == "Max" else winner - a
+            r = bound_sympy(diff, ranges)
+            if r.lower >= 0:
+                winner = a
+            elif bound_sympy(-diff, ranges).lower < 0:
+                return x  # undecided: kept
+        return winner
+
+    e = d.node.expr.replace(lambda x: type(x).__name__ in ("Max", "Min"), decided)
+    return str(e)
+
+
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, _PLAIN):
+        return a == b
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return False
+
+
+def repeated_layers(model: torch.nn.Module, at_least: int = 2) -> dict[str, torch.nn.Module]:
+    """The members of every `ModuleList` holding `at_least` modules of one structure (the
+    outermost such lists: a layer's own lists are inside its traced graph), by module path."""
+    found: dict[str, torch.nn.Module] = {}
+    inside: list[str] = []
+    for path, m in model.named_modules():
+        if any(path.startswith(p + ".") for p in inside) or not isinstance(m, torch.nn.ModuleList):
+            continue
+        by_structure: dict = {}
+        for i, child in enumerate(m):
+            by_structure.setdefault(_structure(child), []).append(i)
+        for members in by_structure.values():
+            if len(members) >= at_least:
+                for i in members:
+                    found[f"{path}.{i}" if path else str(i)] = m[i]
+        if any(len(v) >= at_least for v in by_structure.values()):
+            inside.append(path)
+    return found
+
+
+@dataclass
+class _Group:
+    """Interchangeable calls: `first` was run on fake tensors; the others reuse its output shapes."""
+
+    key: tuple  # structure, argument spec, input shapes
+    leaves: list  # the non-tensor arguments
+    first: int  # the call run on fake tensors
+    reads: dict  # (submodule path, attribute) → the value the forward read
+    outputs: list  # (shape, stride, dtype, device) of each output
+    out_spec: object
+    shape_env: object  # of the symbols in `outputs`
+
+
+@dataclass
+class _Call:
+    path: str
+    module: torch.nn.Module
+    spec: object  # the pytree spec of (args, kwargs)
+    leaves: list  # non-tensor leaves, _TENSOR where a tensor goes
+    group: int | None = None
+
+
+@dataclass
+class Stacked:
+    """What tracing the repeated layers once produced, for the writer."""
+
+    calls: list = field(default_factory=list)  # _Call per guardless::layer call
+    groups: list = field(default_factory=list)  # _Group
+    graphs: dict = field(default_factory=dict)  # group index → LayerGraph
+    fallback: str | None = None
+
+
+_active: "_Tracer" = None  # type: ignore[assignment]
+
+
+class _Tracer:
+    def __init__(self, layers: dict[str, torch.nn.Module]):
+        self.layers = layers
+        self.stacked = Stacked()
+        self.originals: dict[str, object] = {}
+
+    # -- the model's layers call the op ------------------------------------------------------
+    def __enter__(self):
+        global _active
+        op = layer_op()
+        _active = self
+        for path, m in self.layers.items():
+            self.originals[path] = m.__dict__.get("forward")
+            m.forward = self._wrapped(path, m, op)
+        return self
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
+        for path, m in self.layers.items():
+            if self.originals[path] is None:
+                del m.forward
+            else:
+                m.forward = self.originals[path]
+
+    def _wrapped(self, path, m, op):
+        def forward(*args, **kwargs):
+            leaves, spec = pytree.tree_flatten((args, kwargs))
+            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+            call = len(self.stacked.calls)
+            self.stacked.calls.append(
+                _Call(path, m, spec, [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves])
+            )
+            out = op(tensors, call)
+            return pytree.tree_unflatten(list(out), self.stacked.groups[self.stacked.calls[call].group].out_spec)
+
+        return forward
+
+    def arguments(self, call: _Call, tensors) -> tuple:
+        it = iter(tensors)
+        return pytree.tree_unflatten([next(it) if x is _TENSOR else x for x in call.leaves], call.spec)
+
+    # -- the fake kernel ---------------------------------------------------------------------
+    def fake(self, inputs, index):
+        call = self.stacked.calls[index]
+        if call.group is None:
+            call.group, fresh = self._group(call, inputs, index)
+            if fresh is not None:
+                return [t.clone() for t in fresh]
+        g = self.stacked.groups[call.group]
+        if _shape_env(inputs) is not g.shape_env:
+            # Traced again (run_decompositions) under other symbols: run the forward again.
+            args, kwargs = self.arguments(call, inputs)
+            return [t.clone() for t in pytree.tree_leaves(self._forward(call)(*args, **kwargs))]
+        return [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in g.outputs]
+
+    def _forward(self, call: _Call):
+        return self.originals[call.path] or type(call.module).forward.__get__(call.module)
+
+    def _group(self, call: _Call, inputs, index):
+        key = (_structure(call.module), call.spec, tuple(_meta(t) for t in inputs))
+        for gi, g in enumerate(self.stacked.groups):
+            if g.key == key and _same_value(g.leaves, call.leaves):
+                if all(_same_value(v, _read(call.module, p, a)) for (p, a), v in g.reads.items()):
+                    return gi, None
+        # A new group: run the layer's own forward on the fake inputs, noting what it reads.
+        reads: dict = {}
+        args, kwargs = self.arguments(call, inputs)
+        with _reading(call.module, reads):
+            out = self._forward(call)(*args, **kwargs)
+        flat, out_spec = pytree.tree_flatten(out)
+        if not all(isinstance(t, torch.Tensor) for t in flat):
+            raise Unstackable(f"the layer {call.path} returns something other than tensors")
+        free_in = set().union(*[_free(t) for t in inputs]) if inputs else set()
+        if any(_free(t) - free_in for t in flat):
+            raise Unstackable(f"the layer {call.path} makes sizes of its own (data-dependent)")
+        outputs = [(t.shape, t.stride(), t.dtype, t.device) for t in flat]
+        self.stacked.groups.append(_Group(key, list(call.leaves), index, reads, outputs, out_spec, _shape_env(inputs)))
+        return len(self.stacked.groups) - 1, flat
+
+
+def _shape_env(tensors):
+    for t in tensors:
+        for d in itertools.chain(t.shape, t.stride()):
+            if isinstance(d, torch.SymInt):
+                return d.node.shape_env
+    return None
+
+
+def _free(t: torch.Tensor) -> set:
+    out = set()
+    for d in itertools.chain(t.shape, t.stride()):
+        if isinstance(d, torch.SymInt):
+            out |= d.node.expr.free_symbols
+    return out
+
+
+def _read(module: torch.nn.Module, path: str, attr: str):
+    return getattr(module.get_submodule(path), attr, _TENSOR)
+
+
+class _reading:
+    """Notes every plain attribute the layer's submodules read from their instance dictionaries."""
+
+    def __init__(self, layer: torch.nn.Module, reads: dict):
+        self.layer, self.reads, self.swapped = layer, reads, []
+
+    def __enter__(self):
+        reads = self.reads
+        for path, m in self.layer.named_modules():
+            cls = type(m)
+
+            def getattribute(obj, name, _path=path, _cls=cls):
+                d = object.__getattribute__(obj, "__dict__")
+                if name in d and name not in _MODULE_STATE and name != "forward" and (_path, name) not in reads:
+                    reads[(_path, name)] = d[name]
+                return _cls.__getattribute__(obj, name)
+
+            m.__class__ = type(cls.__name__, (cls,), {"__getattribute__": getattribute, "__module__": cls.__module__})
+            self.swapped.append((m, cls))
+        return self
+
+    def __exit__(self, *exc):
+        for m, cls in self.swapped:
+            m.__class__ = cls
+
+
+@dataclass
+class LayerGraph:
+    """One group's layer exported on its own (decomposed like the model)."""
+
+    ep: object  # ExportedProgram
+    user: dict  # placeholder name → position among the call's tensors
+    weights: dict  # placeholder name → parameter or buffer name relative to the layer
+
+
+def trace(model, example_inputs: tuple, dynamic_shapes, layers: dict, decompositions) -> tuple:
+    """The model exported with each repeated layer as one `guardless::layer` call, decomposed;
+    and the `Stacked` record with one exported graph per group of interchangeable calls."""
+    with _Tracer(layers) as tracer:
+        ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        ep = ep.run_decompositions(decompositions)
+    stacked = tracer.stacked
+    if not stacked.calls:
+        raise Unstackable("the model never called its repeated layers")
+    call_nodes = {n.args[1]: n for n in ep.graph.nodes if n.op == "call_function" and n.target is layer_op()}
+    if sorted(call_nodes) != list(range(len(stacked.calls))):
+        raise Unstackable("the exported graph does not keep every layer call")
+    values = _symbol_values(ep, example_inputs)
+    ranges = dict(ep.range_constraints)
+    for gi, g in enumerate(stacked.groups):
+        call, node = stacked.calls[g.first], call_nodes[g.first]
+        example = [_example(a.meta["val"], values, call.path) for a in node.args[0]]
+        stacked.graphs[gi] = _export_layer(tracer, call, example, node, ranges, decompositions)
+    return ep, stacked
+
+
+def _symbol_values(ep, example_inputs) -> dict:
+    """The model's symbols at the example inputs: read off the graph's inputs where a dimension is
+    one symbol, and the backed symbols' hints."""
+    from torch.export.graph_signature import InputKind
+
+    from .exporter import _backed_values
+
+    values: dict = {}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    tensors = [x for x in pytree.tree_leaves(tuple(example_inputs)) if isinstance(x, torch.Tensor)]
+    for name, x in zip(users, tensors):
+        v = placeholders[name].meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            continue
+        for d, real in zip(v.shape, x.shape):
+            if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
+                values[d.node.expr] = int(real)
+                env = d.node.shape_env
+                values.update({k: int(val) for k, val in _backed_values(env).items() if k not in values})
+    return values
+
+
+def _example(t: torch.Tensor, values: dict, path: str) -> torch.Tensor:
+    """A real tensor of `t`'s dtype, shape and strides at the example sizes (its values do not
+    matter to tracing: the layer ran on fake tensors without reading them)."""
+
+    def size(d):
+        if isinstance(d, int):
+            return d
+        e = sympy.sympify(d.node.expr.xreplace(values))
+        if not e.is_Integer:
+            raise Unstackable(f"the layer {path} takes a size {d.node.expr} whose example value is unknown")
+        return int(e)
+
+
+    shape, stride = [size(d) for d in t.shape], [size(s) for s in t.stride()]
+    x = torch.empty_strided(shape, stride, dtype=t.dtype)
+    return x.normal_() if t.dtype.is_floating_point else x.zero_()
+
+
+class _Flat(torch.nn.Module):
+    """A layer called on its flattened tensor arguments, returning its flattened outputs."""
+
+    def __init__(self, layer, forward, call: _Call):
+        super().__init__()
+        self.layer = layer
+        self._call_forward = forward
+        self._call = call
+
+    def forward(self, inputs):
+        it = iter(inputs)
+        args, kwargs = pytree.tree_unflatten(
+            [next(it) if x is _TENSOR else x for x in self._call.leaves], self._call.spec
+        )
+        return pytree.tree_leaves(self._call_forward(*args, **kwargs))
+
+
+def _export_layer(tracer, call: _Call, example: list, node, ranges: dict, decompositions) -> LayerGraph:
+    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.fx.experimental.dynamic_spec import SeqSpec, ShapesSpec, ShapeVar, TensorSpec
+
+    outer = [a.meta["val"] for a in node.args[0]]
+    variables: dict = {}
+
+    def spec_of(d):
+        if isinstance(d, int):
+            return None
+        e = d.node.expr
+
+        def build(x):
+            if isinstance(x, sympy.Symbol):
+                if x not in variables:
+                    vr = ranges.get(x)
+                    lo = int(vr.lower) if vr is not None and math.isfinite(float(vr.lower)) else 0
+                    hi = int(vr.upper) if vr is not None and math.isfinite(float(vr.upper)) else None
+                    variables[x] = ShapeVar(f"gl_{x}", min=max(lo, 0), max=hi)
+                return variables[x]
+            if isinstance(x, sympy.Integer):
+                return int(x)
+            if isinstance(x, sympy.Add):
+                return sum((build(a) for a in x.args[1:]), build(x.args[0]))
+            if isinstance(x, sympy.Mul):
+                out = build(x.args[0])
+                for a in x.args[1:]:
+                    out = out * build(a)
+                return out
+            raise Unstackable(f"the layer {call.path} takes a size {e} guardless cannot pass on")
+
+        return build(e)
+
+    specs = [TensorSpec([spec_of(d) for d in t.shape]) for t in outer]
+    flat = _Flat(call.module, tracer._forward(call), call)
+    ep = torch.export.export(flat, (example,), dynamic_shapes=ShapesSpec({"inputs": SeqSpec(specs)}))
+    ep = ep.run_decompositions(decompositions)
+    sig = ep.graph_signature
+    if any(s.kind != OutputKind.USER_OUTPUT for s in sig.output_specs):
+        raise Unstackable(f"the layer {call.path} mutates its inputs or buffers")
+    user, weights = {}, {}
+    for spec in sig.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            user[spec.arg.name] = len(user)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target.startswith("layer."):
+            weights[spec.arg.name] = spec.target[len("layer."):]
+        else:
+            raise Unstackable(f"the layer {call.path} has an input of kind {spec.kind} ({spec.arg.name})")
+    return LayerGraph(ep, user, weights)
+
+
+def symbol_map(layer: LayerGraph, node) -> dict:
+    """The layer graph's symbols → sympy expressions of the outer graph's symbols, for one call
+    (`node`, the call in the outer graph); Unstackable where they cannot be matched."""
+    placeholders = {n.name: n for n in layer.ep.graph.nodes if n.op == "placeholder"}
+    outer = [a.meta["val"] for a in node.args[0]]
+    mapping: dict = {}
+    for name, pos in layer.user.items():
+        inner = placeholders[name].meta["val"]
+        for di, (i, o) in enumerate(zip(inner.shape, outer[pos].shape)):
+            oe = o.node.expr if isinstance(o, torch.SymInt) else o
+            if isinstance(i, torch.SymInt) and i.node.expr.is_symbol:
+                if mapping.setdefault(i.node.expr, oe) != oe:
+                    raise Unstackable(f"input {pos} dimension {di}: the layer's size is two of the model's")
+            elif isinstance(i, int) and i != oe:
+                raise Unstackable(f"input {pos} dimension {di}: the layer specialized a size the model keeps")
+    missing = {s for s in layer.ep.range_constraints if s not in mapping}
+    if missing:
+        raise Unstackable(f"the layer's sizes {sorted(map(str, missing))} are none of the model's")
+    return mapping
