@@ -212,11 +212,16 @@ class _Tracer:
             if fresh is not None:
                 return [t.clone() for t in fresh]
         g = self.stacked.groups[call.group]
-        if _shape_env(inputs) is not g.shape_env:
-            # Traced again (run_decompositions) under other symbols: run the forward again.
+        if _shape_env(inputs) is g.shape_env:
+            return [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in g.outputs]
+        # Traced again (run_decompositions) under new symbols: the output sizes are expressions
+        # of the input sizes; written in the new ones, or (an expression this cannot rewrite)
+        # the forward runs again.
+        try:
+            return _rewritten(g, inputs)
+        except Unstackable:
             args, kwargs = self.arguments(call, inputs)
             return [t.clone() for t in pytree.tree_leaves(self._forward(call)(*args, **kwargs))]
-        return [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in g.outputs]
 
     def _forward(self, call: _Call):
         return self.originals[call.path] or type(call.module).forward.__get__(call.module)
@@ -239,8 +244,57 @@ class _Tracer:
         if any(_free(t) - free_in for t in flat):
             raise Unstackable(f"the layer {call.path} makes sizes of its own (data-dependent)")
         outputs = [(t.shape, t.stride(), t.dtype, t.device) for t in flat]
-        self.stacked.groups.append(_Group(key, list(call.leaves), index, reads, outputs, out_spec, _shape_env(inputs)))
+        group = _Group(key, list(call.leaves), index, reads, outputs, out_spec, _shape_env(inputs))
+        group.inputs = [(t.shape, t.stride()) for t in inputs]
+        self.stacked.groups.append(group)
         return len(self.stacked.groups) - 1, flat
+
+
+def _rewritten(g: _Group, inputs) -> list:
+    """Fake outputs for `inputs` (symbols of another trace) with the group's output sizes, each
+    rewritten from the group's first inputs' symbols to the same places in `inputs`."""
+    from torch.utils._sympy.functions import FloorDiv, Mod
+
+    subst: dict = {}
+    for (shape, stride), t in zip(g.inputs, inputs):
+        for o, n in zip(itertools.chain(shape, stride), itertools.chain(t.shape, t.stride())):
+            if isinstance(o, torch.SymInt) and o.node.expr.is_symbol:
+                subst.setdefault(o.node.expr, n)
+
+    def value(e):
+        if isinstance(e, sympy.Symbol):
+            if e not in subst:
+                raise Unstackable(f"{e} is no input size")
+            return subst[e]
+        if isinstance(e, sympy.Integer):
+            return int(e)
+        args = [value(a) for a in e.args]
+        if isinstance(e, sympy.Add):
+            return sum(args[1:], args[0])
+        if isinstance(e, sympy.Mul):
+            out = args[0]
+            for a in args[1:]:
+                out = out * a
+            return out
+        if isinstance(e, FloorDiv):
+            return args[0] // args[1]
+        if isinstance(e, Mod):
+            return args[0] % args[1]
+        if type(e).__name__ in ("Max", "Min"):
+            f = torch.sym_max if type(e).__name__ == "Max" else torch.sym_min
+            out = args[0]
+            for a in args[1:]:
+                out = f(out, a)
+            return out
+        raise Unstackable(f"an output size {e} this does not rewrite")
+
+    def size(d):
+        return d if isinstance(d, int) else value(d.node.expr)
+
+    return [
+        torch.empty_strided([size(d) for d in shape], [size(d) for d in stride], dtype=dt, device=dev)
+        for shape, stride, dt, dev in g.outputs
+    ]
 
 
 def _shape_env(tensors):
