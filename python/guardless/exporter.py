@@ -260,7 +260,7 @@ def export(
                 )
                 return out
             except Exception as e:  # noqa: BLE001 — any failure: trace the whole model instead
-                first = (str(e).strip().splitlines() or [""])[0]
+                first = " ".join(str(e).split())[:300]
                 stacking_note = f"the whole model was traced: stacking its layers failed: {type(e).__name__}: {first}"
     try:
         ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)

@@ -19,6 +19,7 @@ fall back to tracing the whole model (`Stacked.fallback` says why).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -104,6 +105,10 @@ def _same_value(a, b) -> bool:
         return a == b
     if isinstance(a, (tuple, list)):
         return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, functools.partial):  # an activation each layer made for itself
+        return a.func is b.func and _same_value(a.args, b.args) and _same_value(a.keywords, b.keywords)
     return False
 
 
@@ -196,7 +201,9 @@ class _Tracer:
                 _Call(path, m, spec, [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves])
             )
             out = op(tensors, call)
-            return pytree.tree_unflatten(list(out), self.stacked.groups[self.stacked.calls[call].group].out_spec)
+            g = self.stacked.groups[self.stacked.calls[call].group]
+            it = iter(out)
+            return pytree.tree_unflatten([next(it) if x is _TENSOR else x for x in g.out_leaves], g.out_spec)
 
         return forward
 
@@ -221,7 +228,8 @@ class _Tracer:
             return _rewritten(g, inputs)
         except Unstackable:
             args, kwargs = self.arguments(call, inputs)
-            return [t.clone() for t in pytree.tree_leaves(self._forward(call)(*args, **kwargs))]
+            out = pytree.tree_leaves(self._forward(call)(*args, **kwargs))
+            return [t.clone() for t in out if isinstance(t, torch.Tensor)]
 
     def _forward(self, call: _Call):
         return self.originals[call.path] or type(call.module).forward.__get__(call.module)
@@ -232,20 +240,31 @@ class _Tracer:
             if g.key == key and _same_value(g.leaves, call.leaves):
                 if all(_same_value(v, _read(call.module, p, a)) for (p, a), v in g.reads.items()):
                     return gi, None
+        if len(self.stacked.groups) >= max(2, len(self.layers) // 2):
+            # Tracing a layer apart per group would cost more than tracing the model.
+            g = self.stacked.groups[0]
+            why = [f"{call.path}.{p}.{a}" if p else f"{call.path}.{a}" for (p, a), v in g.reads.items() if not _same_value(v, _read(call.module, p, a))]
+            raise Unstackable(
+                f"its layers differ ({len(self.stacked.groups) + 1} groups of {len(self.layers)} layers"
+                + (f"; the forward reads {', '.join(why[:3])}, which differ" if why else "") + ")"
+            )
         # A new group: run the layer's own forward on the fake inputs, noting what it reads.
         reads: dict = {}
         args, kwargs = self.arguments(call, inputs)
         with _reading(call.module, reads):
             out = self._forward(call)(*args, **kwargs)
-        flat, out_spec = pytree.tree_flatten(out)
-        if not all(isinstance(t, torch.Tensor) for t in flat):
-            raise Unstackable(f"the layer {call.path} returns something other than tensors")
+        leaves, out_spec = pytree.tree_flatten(out)
+        if not all(isinstance(x, (torch.Tensor,) + _PLAIN) for x in leaves):
+            raise Unstackable(f"the layer {call.path} returns something other than tensors and constants")
+        flat = [x for x in leaves if isinstance(x, torch.Tensor)]
         free_in = set().union(*[_free(t) for t in inputs]) if inputs else set()
         if any(_free(t) - free_in for t in flat):
             raise Unstackable(f"the layer {call.path} makes sizes of its own (data-dependent)")
         outputs = [(t.shape, t.stride(), t.dtype, t.device) for t in flat]
         group = _Group(key, list(call.leaves), index, reads, outputs, out_spec, _shape_env(inputs))
         group.inputs = [(t.shape, t.stride()) for t in inputs]
+        # Constants among the outputs (a None where a layer returns no attention weights).
+        group.out_leaves = [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
         self.stacked.groups.append(group)
         return len(self.stacked.groups) - 1, flat
 
@@ -428,7 +447,7 @@ class _Flat(torch.nn.Module):
         args, kwargs = pytree.tree_unflatten(
             [next(it) if x is _TENSOR else x for x in self._call.leaves], self._call.spec
         )
-        return pytree.tree_leaves(self._call_forward(*args, **kwargs))
+        return [x for x in pytree.tree_leaves(self._call_forward(*args, **kwargs)) if isinstance(x, torch.Tensor)]
 
 
 def _export_layer(tracer, call: _Call, example: list, node, ranges: dict, decompositions) -> LayerGraph:

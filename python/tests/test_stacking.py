@@ -106,6 +106,13 @@ class StackingTest(unittest.TestCase):
         self.assertEqual(e.stacking, "5 calls of repeated layers, traced as 2 layer graphs")
         self.runs_like_torch(e, model)
 
+    def test_layers_that_all_differ_are_traced_whole(self):
+        model = Stack([1.0, 0.5, 0.25, 0.125]).eval()
+        e = self.export(model)
+        self.assertIn("the whole model was traced", e.stacking)
+        self.assertIn("the forward reads layers.2.scale, which differ", e.stacking)
+        self.runs_like_torch(e, model)
+
     def test_a_layer_called_twice(self):
         model = Stack([1.0] * 4, reuse_first=True).eval()
         e = self.export(model)
