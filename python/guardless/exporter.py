@@ -452,6 +452,8 @@ class _Writer:
                 if ln.op == "placeholder":
                     if ln.name in layer.user:
                         self.refs[ln] = self.value(inputs[layer.user[ln.name]])
+                    elif ln.name in layer.constants:
+                        self.refs[ln] = self.stacked.constant(call.group, ln, layer.constants[ln.name])
                     else:
                         self.refs[ln] = self.refs[self.stacked.weight(f"{call.path}.{layer.weights[ln.name]}")]
                 elif ln.op == "call_function":
@@ -598,6 +600,8 @@ class _StackedCalls:
         self.calls = stacked.calls
         self.graphs = stacked.graphs
         self.prefixes: set = set()  # of the inlined calls' node names
+        self.inputs: list = []  # the graph's inputs and parameters, to which layer constants are added
+        self.parameters: dict = {}
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         # The model's parameter/buffer name → its placeholder (written before any call).
         self.weights = {
@@ -605,6 +609,17 @@ class _StackedCalls:
             for s in ep.graph_signature.input_specs
             if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)
         }
+
+    def constant(self, group: int, n: torch.fx.Node, value: torch.Tensor):
+        """A tensor the layer makes in forward (a lifted constant): one graph input per group,
+        shared by the group's calls."""
+        name = f"layer_group{group}__{n.name}"
+        if name not in self.parameters:
+            if any(not isinstance(d, int) for d in value.shape):
+                raise ExportError(f"the stacked layer's constant '{n.name}' has a symbolic shape")
+            self.inputs.append({"name": name, "dtype": _DTYPES[value.dtype], "shape": list(value.shape), "kind": "constant"})
+            self.parameters[name] = value
+        return {"tensor": name}
 
     def weight(self, target: str):
         if target not in self.weights:
@@ -662,6 +677,8 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | N
             params[spec.arg.name] = state[spec.target]
     inputs: list[dict] = []
     outputs: list = []
+    if w.stacked is not None:
+        w.stacked.inputs, w.stacked.parameters = inputs, params
     # Tied weights (GPT-2's lm_head and wte): one input, stored once.
     first_of: dict = {}
     for n in ep.graph.nodes:

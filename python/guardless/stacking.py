@@ -369,6 +369,7 @@ class LayerGraph:
     ep: object  # ExportedProgram
     user: dict  # placeholder name → position among the call's tensors
     weights: dict  # placeholder name → parameter or buffer name relative to the layer
+    constants: dict = field(default_factory=dict)  # placeholder name → a tensor made in forward
 
 
 def trace(model, example_inputs: tuple, dynamic_shapes, layers: dict, decompositions) -> tuple:
@@ -490,15 +491,17 @@ def _export_layer(tracer, call: _Call, example: list, node, ranges: dict, decomp
     sig = ep.graph_signature
     if any(s.kind != OutputKind.USER_OUTPUT for s in sig.output_specs):
         raise Unstackable(f"the layer {call.path} mutates its inputs or buffers")
-    user, weights = {}, {}
+    user, weights, constants = {}, {}, {}
     for spec in sig.input_specs:
         if spec.kind == InputKind.USER_INPUT:
             user[spec.arg.name] = len(user)
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target.startswith("layer."):
             weights[spec.arg.name] = spec.target[len("layer."):]
+        elif spec.kind == InputKind.CONSTANT_TENSOR and isinstance(ep.constants.get(spec.target), torch.Tensor):
+            constants[spec.arg.name] = ep.constants[spec.target]
         else:
             raise Unstackable(f"the layer {call.path} has an input of kind {spec.kind} ({spec.arg.name})")
-    return LayerGraph(ep, user, weights)
+    return LayerGraph(ep, user, weights, constants)
 
 
 def symbol_map(layer: LayerGraph, node) -> dict:

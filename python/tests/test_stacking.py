@@ -125,6 +125,21 @@ class StackingTest(unittest.TestCase):
         self.assertEqual(self.export(model, stack_layers=3).stacking,
                          "3 calls of repeated layers, traced as 1 layer graph")
 
+    def test_a_tensor_made_in_forward_is_one_input_per_group(self):
+        class Scaled(Layer):
+            def forward(self, x, gate, **kw):
+                x, s = super().forward(x, gate, **kw)
+                return x * torch.tensor([0.5]), s  # a constant torch.export lifts
+
+        model = Stack([1.0] * 4).eval()
+        model.layers = torch.nn.ModuleList(Scaled(i) for i in range(4))
+        e = self.export(model)
+        self.assertEqual(e.stacking, "4 calls of repeated layers, traced as 1 layer graph")
+        constants = [i["name"] for i in e.graph["inputs"] if i.get("kind") == "constant"]
+        self.assertEqual(len(constants), 1, constants)
+        torch.testing.assert_close(e.parameters[constants[0]], torch.tensor([0.5]))
+        self.runs_like_torch(e, model)
+
     def test_a_layer_that_mutates_a_buffer_falls_back(self):
         class Counting(Layer):
             def __init__(self, index):
