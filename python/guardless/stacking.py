@@ -13,8 +13,9 @@ the same non-tensor arguments, the same input shapes, dtypes and strides (as sym
 expressions), and the same values of every plain attribute the forward read on the group's first
 layer (Gemma's `is_sliding`, a per-layer scale; not `layer_idx` when the forward never reads it).
 Anything else — a layer that mutates its inputs or buffers, makes a size of its own (`nonzero`),
-a tensor constant, an input size that is an expression rather than a symbol — makes the export
-fall back to tracing the whole model (`Stacked.fallback` says why).
+takes a size that is no polynomial of the model's symbols, or layers that differ in more than
+half the list — makes the export fall back to tracing the whole model (`Exported.stacking` says
+why). Tensors a layer makes in forward (lifted constants) become one graph input per group.
 """
 
 from __future__ import annotations
@@ -140,9 +141,11 @@ class _Group:
     leaves: list  # the non-tensor arguments
     first: int  # the call run on fake tensors
     reads: dict  # (submodule path, attribute) → the value the forward read
-    outputs: list  # (shape, stride, dtype, device) of each output
+    inputs: list  # (shape, stride) of the first call's inputs
+    outputs: list  # (shape, stride, dtype, device) of each output tensor
+    out_leaves: list  # the outputs' leaves: _TENSOR, or a constant (a None for no attention weights)
     out_spec: object
-    shape_env: object  # of the symbols in `outputs`
+    shape_env: object  # of the symbols in `inputs` and `outputs`
 
 
 @dataclass
@@ -161,7 +164,6 @@ class Stacked:
     calls: list = field(default_factory=list)  # _Call per guardless::layer call
     groups: list = field(default_factory=list)  # _Group
     graphs: dict = field(default_factory=dict)  # group index → LayerGraph
-    fallback: str | None = None
 
 
 _active: "_Tracer" = None  # type: ignore[assignment]
@@ -261,10 +263,17 @@ class _Tracer:
         if any(_free(t) - free_in for t in flat):
             raise Unstackable(f"the layer {call.path} makes sizes of its own (data-dependent)")
         outputs = [(t.shape, t.stride(), t.dtype, t.device) for t in flat]
-        group = _Group(key, list(call.leaves), index, reads, outputs, out_spec, _shape_env(inputs))
-        group.inputs = [(t.shape, t.stride()) for t in inputs]
-        # Constants among the outputs (a None where a layer returns no attention weights).
-        group.out_leaves = [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
+        group = _Group(
+            key,
+            list(call.leaves),
+            index,
+            reads,
+            [(t.shape, t.stride()) for t in inputs],
+            outputs,
+            [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves],
+            out_spec,
+            _shape_env(inputs),
+        )
         self.stacked.groups.append(group)
         return len(self.stacked.groups) - 1, flat
 
