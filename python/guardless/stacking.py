@@ -197,6 +197,7 @@ class _Tracer:
     def _wrapped(self, path, m, op):
         def forward(*args, **kwargs):
             leaves, spec = pytree.tree_flatten((args, kwargs))
+            _check_arguments(path, leaves, spec)
             tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
             call = len(self.stacked.calls)
             self.stacked.calls.append(
@@ -253,8 +254,14 @@ class _Tracer:
         # A new group: run the layer's own forward on the fake inputs, noting what it reads.
         reads: dict = {}
         args, kwargs = self.arguments(call, inputs)
+        before = pytree.tree_leaves((args, kwargs))
         with _reading(call.module, reads):
             out = self._forward(call)(*args, **kwargs)
+        after, after_spec = pytree.tree_flatten((args, kwargs))
+        if after_spec != call.spec or any(a is not b for a, b in zip(after, before)):
+            # An argument list or dict the layer changed (a cache it appends to): the change
+            # would stay inside the opaque call.
+            raise Unstackable(f"the layer {call.path} changes the containers it is passed")
         leaves, out_spec = pytree.tree_flatten(out)
         if not all(isinstance(x, (torch.Tensor,) + _PLAIN) for x in leaves):
             raise Unstackable(f"the layer {call.path} returns something other than tensors and constants")
@@ -331,6 +338,25 @@ def _shape_env(tensors):
             if isinstance(d, torch.SymInt):
                 return d.node.shape_env
     return None
+
+
+_CONTAINERS = (tuple, list, dict, type(None))
+
+
+def _check_arguments(path: str, leaves: list, spec) -> None:
+    """A layer's arguments must be tensors and plain values in tuples, lists and dicts: any other
+    object (a key/value cache the layer updates, a config it edits) could carry a side effect out
+    of the call, which one opaque call per layer would lose."""
+    for x in leaves:
+        if not isinstance(x, (torch.Tensor,) + _PLAIN):
+            raise Unstackable(f"the layer {path} takes a {type(x).__name__} argument")
+    stack = [spec]
+    while stack:
+        s = stack.pop()
+        t = getattr(s, "type", None)
+        if t is not None and not issubclass(t, _CONTAINERS):
+            raise Unstackable(f"the layer {path} takes a {t.__name__} argument")
+        stack.extend(s.children() if hasattr(s, "children") else s.children_specs)
 
 
 def _free(t: torch.Tensor) -> set:

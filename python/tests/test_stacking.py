@@ -159,6 +159,45 @@ class StackingTest(unittest.TestCase):
         self.assertEqual(ops(e), ops(whole))
         self.assertEqual(len([o for o in e.graph["outputs"] if "mutates" in o]), 4)
 
+    def test_a_layer_with_side_effects_on_its_arguments_falls_back(self):
+        # A key/value cache the layers append to: one opaque call per layer would lose it.
+        class Appending(Layer):
+            def forward(self, x, gate, cache, **kw):
+                x, s = super().forward(x, gate, **kw)
+                cache.append(s)
+                return x, s
+
+        class Cache:
+            def __init__(self):
+                self.seen = []
+
+        class Logging(Layer):
+            def forward(self, x, gate, cache, **kw):
+                x, s = super().forward(x, gate, **kw)
+                cache.seen.append(s)
+                return x, s
+
+        for cls, cache, why in [(Appending, list, "changes the containers it is passed"),
+                                (Logging, Cache, "takes a Cache argument")]:
+            class Model(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.layers = torch.nn.ModuleList(cls(i) for i in range(4))
+
+                def forward(self, x):
+                    c = cache()
+                    for layer in self.layers:
+                        x, _ = layer(x, 1.0, c)
+                    seen = c if isinstance(c, list) else c.seen
+                    return x, torch.stack(seen).sum(0)
+
+            with self.subTest(cls.__name__):
+                model = Model().eval()
+                e = self.export(model)
+                self.assertIn("the whole model was traced", e.stacking)
+                self.assertIn(why, e.stacking)
+                self.runs_like_torch(e, model)
+
     def test_a_layer_that_makes_a_size_of_its_own_falls_back(self):
         class Selecting(Layer):
             def forward(self, x, gate, **kw):
