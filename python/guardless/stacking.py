@@ -23,10 +23,9 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-
-import sympy
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 from torch.utils import _pytree as pytree
 
@@ -127,7 +126,9 @@ def repeated_layers(model: torch.nn.Module, at_least: int = 2) -> dict[str, torc
         for members in by_structure.values():
             if len(members) >= at_least:
                 for i in members:
-                    found[f"{path}.{i}" if path else str(i)] = m[i]
+                    # A module in two lists (or twice in one) is wrapped once.
+                    if not any(m[i] is f for f in found.values()):
+                        found[f"{path}.{i}" if path else str(i)] = m[i]
         if any(len(v) >= at_least for v in by_structure.values()):
             inside.append(path)
     return found
@@ -188,7 +189,7 @@ class _Tracer:
     def __exit__(self, *exc):
         global _active
         _active = None
-        for path, m in self.layers.items():
+        for path, m in reversed(list(self.layers.items())):
             if self.originals[path] is None:
                 del m.forward
             else:
