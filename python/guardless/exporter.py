@@ -109,10 +109,7 @@ def _expr(v, renames: dict | None = None) -> str:
     if isinstance(v, (torch.SymInt, torch.SymBool)):
         e = _integral(v.node.expr)
         if renames:
-            import sympy
-
-            # A name, or (a stacked layer's symbols) an expression of the model's symbols.
-            e = e.xreplace({k: sympy.Symbol(r) if isinstance(r, str) else r for k, r in renames.items()})
+            e = _renamed(e, renames)
         return str(e)
     if isinstance(v, bool):
         return "True" if v else "False"
@@ -582,7 +579,8 @@ class _Writer:
 
 
 def _renamed(e, renames: dict):
-    """A sympy expression of torch's symbols with `renames` applied (names or expressions)."""
+    """A sympy expression of torch's symbols with `renames` applied: a name, or (a stacked
+    layer's symbols) an expression of the model's symbols."""
     import sympy
 
     if isinstance(e, int):
@@ -593,15 +591,15 @@ def _renamed(e, renames: dict):
 class _StackedCalls:
     """The writer's view of `stacking.Stacked`: calls, group graphs, the model's weights."""
 
-    def __init__(self, stacked, ep: ExportedProgram):
+    def __init__(self, stacked, ep: ExportedProgram, inputs: list, parameters: dict):
         from . import stacking
 
         self.op = stacking.layer_op()
         self.calls = stacked.calls
         self.graphs = stacked.graphs
         self.prefixes: set = set()  # of the inlined calls' node names
-        self.inputs: list = []  # the graph's inputs and parameters, to which layer constants are added
-        self.parameters: dict = {}
+        self.inputs = inputs  # the graph's inputs and parameters, to which layer constants are added
+        self.parameters = parameters
         placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         # The model's parameter/buffer name → its placeholder (written before any call).
         self.weights = {
@@ -658,7 +656,6 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | N
     """The graph of `ep`; `hints` maps unbacked symbols (by their names in the graph, or torch's) to
     optimization hints; `renames` maps torch's symbols to the names the graph gives them;
     `stacked` (`stacking.Stacked`) the graphs of its repeated layers' calls, inlined."""
-    w = _Writer(renames, _StackedCalls(stacked, ep) if stacked is not None else None)
     kinds = {}
     params = {}
     state = dict(ep.state_dict)
@@ -677,8 +674,7 @@ def from_exported(ep: ExportedProgram, hints: dict, name: str, renames: dict | N
             params[spec.arg.name] = state[spec.target]
     inputs: list[dict] = []
     outputs: list = []
-    if w.stacked is not None:
-        w.stacked.inputs, w.stacked.parameters = inputs, params
+    w = _Writer(renames, _StackedCalls(stacked, ep, inputs, params) if stacked is not None else None)
     # Tied weights (GPT-2's lm_head and wte): one input, stored once.
     first_of: dict = {}
     for n in ep.graph.nodes:

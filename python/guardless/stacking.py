@@ -23,15 +23,29 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 from torch.utils import _pytree as pytree
 
-_TENSOR = object()  # marks a tensor's place among a call's flattened arguments
+_TENSOR = object()  # marks a tensor's place among a call's flattened arguments or outputs
+_MISSING = object()  # an attribute a layer does not have
 _MODULE_STATE = set(torch.nn.Module().__dict__)  # nn.Module's own bookkeeping, not user attributes
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _split(leaves: list) -> tuple[list, list]:
+    """Flattened values → (their tensors, the values with _TENSOR where each tensor was)."""
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    return tensors, [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
+
+
+def _merge(marked: list, tensors) -> list:
+    """`_split` undone: the tensors back in their places."""
+    it = iter(tensors)
+    return [next(it) if x is _TENSOR else x for x in marked]
 
 
 class Unstackable(Exception):
@@ -157,6 +171,10 @@ class _Call:
     leaves: list  # non-tensor leaves, _TENSOR where a tensor goes
     group: int | None = None
 
+    def arguments(self, tensors) -> tuple:
+        """(args, kwargs) of this call with `tensors` in the tensors' places."""
+        return pytree.tree_unflatten(_merge(self.leaves, tensors), self.spec)
+
 
 @dataclass
 class Stacked:
@@ -199,21 +217,14 @@ class _Tracer:
         def forward(*args, **kwargs):
             leaves, spec = pytree.tree_flatten((args, kwargs))
             _check_arguments(path, leaves, spec)
-            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+            tensors, marked = _split(leaves)
             call = len(self.stacked.calls)
-            self.stacked.calls.append(
-                _Call(path, m, spec, [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves])
-            )
+            self.stacked.calls.append(_Call(path, m, spec, marked))
             out = op(tensors, call)
             g = self.stacked.groups[self.stacked.calls[call].group]
-            it = iter(out)
-            return pytree.tree_unflatten([next(it) if x is _TENSOR else x for x in g.out_leaves], g.out_spec)
+            return pytree.tree_unflatten(_merge(g.out_leaves, out), g.out_spec)
 
         return forward
-
-    def arguments(self, call: _Call, tensors) -> tuple:
-        it = iter(tensors)
-        return pytree.tree_unflatten([next(it) if x is _TENSOR else x for x in call.leaves], call.spec)
 
     # -- the fake kernel ---------------------------------------------------------------------
     def fake(self, inputs, index):
@@ -231,7 +242,7 @@ class _Tracer:
         try:
             return _rewritten(g, inputs)
         except Unstackable:
-            args, kwargs = self.arguments(call, inputs)
+            args, kwargs = call.arguments(inputs)
             out = pytree.tree_leaves(self._forward(call)(*args, **kwargs))
             return [t.clone() for t in out if isinstance(t, torch.Tensor)]
 
@@ -254,7 +265,7 @@ class _Tracer:
             )
         # A new group: run the layer's own forward on the fake inputs, noting what it reads.
         reads: dict = {}
-        args, kwargs = self.arguments(call, inputs)
+        args, kwargs = call.arguments(inputs)
         before = pytree.tree_leaves((args, kwargs))
         with _reading(call.module, reads):
             out = self._forward(call)(*args, **kwargs)
@@ -266,7 +277,7 @@ class _Tracer:
         leaves, out_spec = pytree.tree_flatten(out)
         if not all(isinstance(x, (torch.Tensor,) + _PLAIN) for x in leaves):
             raise Unstackable(f"the layer {call.path} returns something other than tensors and constants")
-        flat = [x for x in leaves if isinstance(x, torch.Tensor)]
+        flat, out_leaves = _split(leaves)
         free_in = set().union(*[_free(t) for t in inputs]) if inputs else set()
         if any(_free(t) - free_in for t in flat):
             raise Unstackable(f"the layer {call.path} makes sizes of its own (data-dependent)")
@@ -278,7 +289,7 @@ class _Tracer:
             reads,
             [(t.shape, t.stride()) for t in inputs],
             outputs,
-            [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves],
+            out_leaves,
             out_spec,
             _shape_env(inputs),
         )
@@ -289,48 +300,53 @@ class _Tracer:
 def _rewritten(g: _Group, inputs) -> list:
     """Fake outputs for `inputs` (symbols of another trace) with the group's output sizes, each
     rewritten from the group's first inputs' symbols to the same places in `inputs`."""
-    from torch.utils._sympy.functions import FloorDiv, Mod
-
     subst: dict = {}
     for (shape, stride), t in zip(g.inputs, inputs):
         for o, n in zip(itertools.chain(shape, stride), itertools.chain(t.shape, t.stride())):
             if isinstance(o, torch.SymInt) and o.node.expr.is_symbol:
                 subst.setdefault(o.node.expr, n)
 
-    def value(e):
-        if isinstance(e, sympy.Symbol):
-            if e not in subst:
-                raise Unstackable(f"{e} is no input size")
-            return subst[e]
-        if isinstance(e, sympy.Integer):
-            return int(e)
-        args = [value(a) for a in e.args]
-        if isinstance(e, sympy.Add):
-            return sum(args[1:], args[0])
-        if isinstance(e, sympy.Mul):
-            out = args[0]
-            for a in args[1:]:
-                out = out * a
-            return out
-        if isinstance(e, FloorDiv):
-            return args[0] // args[1]
-        if isinstance(e, Mod):
-            return args[0] % args[1]
-        if type(e).__name__ in ("Max", "Min"):
-            f = torch.sym_max if type(e).__name__ == "Max" else torch.sym_min
-            out = args[0]
-            for a in args[1:]:
-                out = f(out, a)
-            return out
-        raise Unstackable(f"an output size {e} this does not rewrite")
+    def symbol(e):
+        if e not in subst:
+            raise Unstackable(f"{e} is no input size")
+        return subst[e]
 
     def size(d):
-        return d if isinstance(d, int) else value(d.node.expr)
+        return d if isinstance(d, int) else _evaluate(d.node.expr, symbol, _SIZE_FUNCTIONS)
 
     return [
         torch.empty_strided([size(d) for d in shape], [size(d) for d in stride], dtype=dt, device=dev)
         for shape, stride, dt, dev in g.outputs
     ]
+
+
+def _max(*args):
+    return functools.reduce(torch.sym_max, args)
+
+
+def _min(*args):
+    return functools.reduce(torch.sym_min, args)
+
+
+# torch's size functions `_evaluate` rewrites besides sums and products, by class name.
+_SIZE_FUNCTIONS = {"FloorDiv": operator.floordiv, "Mod": operator.mod, "Max": _max, "Min": _min}
+
+
+def _evaluate(e, symbol, functions: dict):
+    """The sympy size expression `e` computed with `symbol(s)` for each symbol (SymInts, spec
+    variables): sums, products, integers and the `functions` given; Unstackable otherwise."""
+    if isinstance(e, sympy.Symbol):
+        return symbol(e)
+    if isinstance(e, sympy.Integer):
+        return int(e)
+    args = [_evaluate(a, symbol, functions) for a in e.args]
+    if isinstance(e, sympy.Add):
+        return functools.reduce(operator.add, args)
+    if isinstance(e, sympy.Mul):
+        return functools.reduce(operator.mul, args)
+    if type(e).__name__ in functions:
+        return functions[type(e).__name__](*args)
+    raise Unstackable(f"a size {e} this does not rewrite")
 
 
 def _shape_env(tensors):
@@ -369,7 +385,7 @@ def _free(t: torch.Tensor) -> set:
 
 
 def _read(module: torch.nn.Module, path: str, attr: str):
-    return getattr(module.get_submodule(path), attr, _TENSOR)
+    return getattr(module.get_submodule(path), attr, _MISSING)
 
 
 class _reading:
@@ -447,8 +463,9 @@ def _symbol_values(ep, example_inputs) -> dict:
         for d, real in zip(v.shape, x.shape):
             if isinstance(d, torch.SymInt) and d.node.expr.is_symbol:
                 values[d.node.expr] = int(real)
-                env = d.node.shape_env
-                values.update({k: int(val) for k, val in _backed_values(env).items() if k not in values})
+    env = _shape_env([n.meta["val"] for n in placeholders.values() if isinstance(n.meta.get("val"), torch.Tensor)])
+    if env is not None:
+        values.update({k: int(val) for k, val in _backed_values(env).items() if k not in values})
     return values
 
 
@@ -463,7 +480,6 @@ def _example(t: torch.Tensor, values: dict, path: str) -> torch.Tensor:
         if not e.is_Integer:
             raise Unstackable(f"the layer {path} takes a size {d.node.expr} whose example value is unknown")
         return int(e)
-
 
     shape, stride = [size(d) for d in t.shape], [size(s) for s in t.stride()]
     x = torch.empty_strided(shape, stride, dtype=t.dtype)
@@ -480,10 +496,7 @@ class _Flat(torch.nn.Module):
         self._call = call
 
     def forward(self, inputs):
-        it = iter(inputs)
-        args, kwargs = pytree.tree_unflatten(
-            [next(it) if x is _TENSOR else x for x in self._call.leaves], self._call.spec
-        )
+        args, kwargs = self._call.arguments(inputs)
         return [x for x in pytree.tree_leaves(self._call_forward(*args, **kwargs)) if isinstance(x, torch.Tensor)]
 
 
@@ -494,31 +507,22 @@ def _export_layer(tracer, call: _Call, example: list, node, ranges: dict, decomp
     outer = [a.meta["val"] for a in node.args[0]]
     variables: dict = {}
 
+    def variable(x):
+        if x not in variables:
+            vr = ranges.get(x)
+            lo = int(vr.lower) if vr is not None and math.isfinite(float(vr.lower)) else 0
+            hi = int(vr.upper) if vr is not None and math.isfinite(float(vr.upper)) else None
+            variables[x] = ShapeVar(f"gl_{x}", min=max(lo, 0), max=hi)
+        return variables[x]
+
     def spec_of(d):
         if isinstance(d, int):
             return None
-        e = d.node.expr
-
-        def build(x):
-            if isinstance(x, sympy.Symbol):
-                if x not in variables:
-                    vr = ranges.get(x)
-                    lo = int(vr.lower) if vr is not None and math.isfinite(float(vr.lower)) else 0
-                    hi = int(vr.upper) if vr is not None and math.isfinite(float(vr.upper)) else None
-                    variables[x] = ShapeVar(f"gl_{x}", min=max(lo, 0), max=hi)
-                return variables[x]
-            if isinstance(x, sympy.Integer):
-                return int(x)
-            if isinstance(x, sympy.Add):
-                return sum((build(a) for a in x.args[1:]), build(x.args[0]))
-            if isinstance(x, sympy.Mul):
-                out = build(x.args[0])
-                for a in x.args[1:]:
-                    out = out * build(a)
-                return out
-            raise Unstackable(f"the layer {call.path} takes a size {e} guardless cannot pass on")
-
-        return build(e)
+        try:
+            # Sums and products of the model's symbols: what a spec can declare.
+            return _evaluate(d.node.expr, variable, {})
+        except Unstackable:
+            raise Unstackable(f"the layer {call.path} takes a size {d.node.expr} guardless cannot pass on") from None
 
     specs = [TensorSpec([spec_of(d) for d in t.shape]) for t in outer]
     flat = _Flat(call.module, tracer._forward(call), call)
