@@ -45,6 +45,11 @@ pub fn available() -> u64 {
         .map_or(u64::MAX, |kb| kb.saturating_mul(1024))
 }
 
+/// Host requests below this many bytes are not compared with the available memory: reading
+/// `/proc/meminfo` costs a few microseconds, more than a decode step's small buffers are worth,
+/// and no machine that runs a graph lacks 64 MiB (a set `--max-memory` still applies to them).
+const UNCHECKED_HOST_BYTES: u128 = 64 << 20;
+
 /// The bytes of `elements` elements of `element_bytes` each, if they may be allocated at `place`;
 /// else an error naming `what`, the size, and the limit.
 pub fn checked_bytes(
@@ -56,8 +61,10 @@ pub fn checked_bytes(
     let bytes = elements.checked_mul(element_bytes as u128);
     let limit = match (limit_set(), place) {
         (Some(l), _) => Some((l, "the memory limit (--max-memory)")),
-        (None, Place::Host) => Some((available(), "the available memory")),
-        (None, Place::Device) => None,
+        (None, Place::Host) if bytes.is_some_and(|b| b >= UNCHECKED_HOST_BYTES) => {
+            Some((available(), "the available memory"))
+        }
+        (None, _) => None,
     };
     match bytes {
         Some(b) if b <= usize::MAX as u128 && limit.is_none_or(|(l, _)| b <= l as u128) => {

@@ -41,6 +41,9 @@ class Stats:
     reused: int = 0  # graphs identical to one compiled before (a model's repeated pieces): not compiled again
     calls: int = 0  # calls of compiled graphs
     copied_input_bytes: int = 0  # inputs copied because their layout was not the graph's
+    # Outputs copied whole into the inputs they mutate (0 when each is computed in its input's
+    # storage, as a KV-cache update is: only the new rows are written).
+    written_back_bytes: int = 0
     compile_seconds: float = 0.0
 
 
@@ -123,12 +126,30 @@ def _symbols(gm: torch.fx.GraphModule) -> list[dict]:
     return out
 
 
-def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list]:
+def _mutation(n: torch.fx.Node):
+    """`(input, value)` when `n` is `aten.copy_(input, value)` into a graph input: how AOT
+    autograd keeps an input mutation in an inference graph (a KV-cache update)."""
+    if n.target is not torch.ops.aten.copy_.default or len(n.args) != 2:
+        return None
+    dst, src = n.args
+    if not isinstance(dst, torch.fx.Node) or dst.op != "placeholder" or not isinstance(src, torch.fx.Node):
+        return None
+    d, v = dst.meta.get("val"), src.meta.get("val")
+    if not isinstance(d, torch.Tensor) or not isinstance(v, torch.Tensor):
+        return None
+    if d.dtype != v.dtype or list(d.shape) != list(v.shape):
+        return None  # a broadcast or converting copy: lowered as an op (an error if unsupported)
+    return dst, src
+
+
+def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, int]:
     """An ATen FX graph (AOT autograd's) as the graph format, how each placeholder is passed
-    (`("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`), and
+    (`("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`),
     the graph's constant tensors (its `get_attr` nodes: tensors made in forward), passed after
-    the placeholders' tensors as the graph's last inputs."""
+    the placeholders' tensors as the graph's last inputs, and how many of the graph's outputs
+    are the FX graph's (the rest write its input mutations back: `mutates`)."""
     w = _Writer()
+    mutations: list = []
     inputs: list[dict] = []
     constant_inputs: list[dict] = []
     constants: list[torch.Tensor] = []
@@ -159,6 +180,11 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list]:
             n.meta.setdefault("val", v)
             w.placeholder(n, "user", constant_inputs)
             constants.append(v)
+        elif n.op == "call_function" and _mutation(n) is not None:
+            mutations.append(_mutation(n))
+            # `copy_` returns its input, now holding the value.
+            if n.args[1] in w.refs:
+                w.refs[n] = w.refs[n.args[1]]
         elif n.op == "call_function":
             w.call(n)
         elif n.op == "output":
@@ -168,16 +194,31 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list]:
             outputs = [w.value(o) for o in n.args[0]] if not w.errors else []
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
-    return w.graph(name, _symbols(gm), inputs + constant_inputs, outputs), plan, constants
+    user_outputs = len(outputs)
+    if not w.errors:
+        seen = set()
+        for dst, src in mutations:
+            if dst.name in seen:
+                w.errors.append(f"input '{dst.name}': mutated twice")
+            seen.add(dst.name)
+            value = w.value(src)
+            if "mutates" in value or not isinstance(value, dict):
+                w.errors.append(f"input '{dst.name}': its new value is not a tensor node")
+                continue
+            outputs.append({**value, "mutates": dst.name})
+    graph = w.graph(name, _symbols(gm), inputs + constant_inputs, outputs)
+    return graph, plan, constants, user_outputs
 
 
 class CompiledFunction:
     """A compiled graph, called by AOT autograd with its flat arguments."""
 
     def __init__(self, compiled, graph: dict, plan: list, name: str, device: str = "cpu",
-                 constants: list | None = None):
+                 constants: list | None = None, user_outputs: int | None = None):
         self.compiled = compiled
         self.graph = graph
+        # The outputs returned; the rest mutate inputs, which the call writes in place.
+        self.user_outputs = len(graph["outputs"]) if user_outputs is None else user_outputs
         self.plan = plan
         self.name = name
         self.device = device  # "cpu", or "cuda" (GPU 0)
@@ -201,12 +242,13 @@ class CompiledFunction:
                 symbols[p[1]] = int(a)
         if self.device == "cuda":
             return self._call_cuda(tensors, symbols)
-        storages, outs, copied = self.compiled.run(tensors, symbols)
+        storages, outs, copied, written_back = self.compiled.run(tensors, symbols)
         _stats.calls += 1
         _stats.copied_input_bytes += copied
+        _stats.written_back_bytes += written_back
         bases = [torch.from_numpy(s) for s in storages]
         results = []
-        for kind, k, dtype, shape, strides, offset in outs:
+        for kind, k, dtype, shape, strides, offset in outs[:self.user_outputs]:
             dt = _TORCH_DTYPES[dtype]
             if kind == "owned":
                 results.append(torch.as_strided(bases[k].view(dt), shape, strides, offset))
@@ -237,7 +279,7 @@ class CompiledFunction:
         _stats.calls += 1
         _stats.copied_input_bytes += copied
         return [torch.as_strided(b.view(_TORCH_DTYPES[dtype]), shape, strides, offset)
-                for b, (dtype, shape, strides, offset) in zip(buffers, outs)]
+                for b, (dtype, shape, strides, offset) in zip(buffers, outs)][:self.user_outputs]
 
 
 def _fallback(name: str, reason: str) -> None:
@@ -272,7 +314,7 @@ def make_backend(fallback: bool = True):
 
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
-                graph, plan, constants = from_fx(aten, name)
+                graph, plan, constants, user_outputs = from_fx(aten, name)
                 # The pieces of a model between its graph breaks (a decoder's layers between
                 # attention calls) are often the same graph but for its name: compiled once.
                 key = (device, json.dumps({**graph, "name": ""}, sort_keys=True))
@@ -290,12 +332,16 @@ def make_backend(fallback: bool = True):
                     raise
                 _fallback(name, str(e))
                 return aten
-            fn = CompiledFunction(compiled, graph, plan, name, device, constants)
+            fn = CompiledFunction(compiled, graph, plan, name, device, constants, user_outputs)
             backend.compiled.append(fn)
             return fn
 
+        # Input mutations stay in the graph (`copy_` into the input, as for Inductor): guardless
+        # writes them itself — a KV-cache update in place, only its new rows — instead of AOT
+        # autograd copying a returned whole new value into the input after the call.
         return aot_module_simplified(gm, example_inputs, fw_compiler=compile_forward,
-                                     decompositions=_decompositions())
+                                     decompositions=_decompositions(),
+                                     keep_inference_input_mutations=True)
 
     pieces: dict = {}  # (device, the graph's JSON without its name) → its compiled program
     backend.compiled = []  # every CompiledFunction, for inspection (its .graph is the JSON)

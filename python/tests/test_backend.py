@@ -42,7 +42,7 @@ class NativeTest(unittest.TestCase):
         def run(x, y):
             args = [(t.data_ptr(), t.numel() * t.element_size(), "f32", list(t.shape), list(t.stride()))
                     for t in (x, y)]
-            storages, outs, _ = c.run(args)
+            storages, outs, _, _ = c.run(args)
             (kind, k, dtype, shape, strides, offset), = outs
             self.assertEqual((kind, dtype), ("owned", "f32"))
             return torch.as_strided(torch.from_numpy(storages[k]).view(torch.float32), shape, strides, offset)
@@ -162,6 +162,39 @@ class BackendTest(unittest.TestCase):
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
         self.assertEqual(got[0].data_ptr(), x.data_ptr(), "the view is of the input")
+
+    def test_a_static_kv_cache_is_updated_in_place(self):
+        # A static cache (Hugging Face's StaticCache: index_copy_ at the new positions): the graph
+        # writes only the new rows into the caller's cache — nothing copied in, nothing written
+        # back whole — and a cache far larger than the update stays where it was.
+        class Layer(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("k", torch.zeros(1, 2, 4096, 8))
+                self.register_buffer("v", torch.zeros(1, 2, 4096, 8))
+
+            def forward(self, x, pos):
+                self.k.index_copy_(2, pos, x * 2)
+                self.v.index_copy_(2, pos, x + 1)
+                return (self.k[:, :, :8].sum(-1) + self.v[:, :, :8].sum(-1)).flatten()
+
+        m, ref = Layer(), Layer()
+        f, b = compiled(m, dynamic=True)
+        k_ptr = m.k.data_ptr()
+        with torch.no_grad():
+            for step, n in enumerate([3, 1, 1, 2]):
+                pos = torch.arange(step * 3, step * 3 + n)
+                x = torch.randn(1, 2, n, 8)
+                torch.testing.assert_close(f(x, pos), ref(x, pos))
+                torch.testing.assert_close(m.k, ref.k)
+                torch.testing.assert_close(m.v, ref.v)
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual(m.k.data_ptr(), k_ptr)
+        mutated = [o.get("mutates") for c in b.compiled for o in c.graph["outputs"]]
+        self.assertEqual(sum(x is not None for x in mutated) % 2, 0, mutated)
+        self.assertTrue(any(mutated), "the cache updates are the graph's own outputs")
+        s = guardless.stats()
+        self.assertEqual((s.copied_input_bytes, s.written_back_bytes), (0, 0))
 
     def test_data_dependent_sizes(self):
         def f(a):

@@ -79,8 +79,9 @@ type PyRawInput = (usize, usize, String, Vec<usize>, Vec<i64>);
 /// strides and offset (elements).
 type PyOutput = (&'static str, usize, String, Vec<usize>, Vec<i64>, i64);
 
-/// Output storages, outputs, input bytes copied.
-type RunResult<'py> = (Vec<Bound<'py, PyArray1<u8>>>, Vec<PyOutput>, usize);
+/// Output storages, outputs, input bytes copied, output bytes written back into the inputs they
+/// mutate (0 when computed in place).
+type RunResult<'py> = (Vec<Bound<'py, PyArray1<u8>>>, Vec<PyOutput>, usize, usize);
 
 /// The pointers in the inputs are only read, and the caller keeps them alive during the call.
 struct CallInputs(Vec<RawTensor>);
@@ -123,7 +124,8 @@ impl CompiledGraph {
 
     /// Runs the graph. `inputs` as [`PyRawInput`]; `symbols` gives values of symbols no input
     /// dimension determines. Returns the output storages (uint8 arrays), one [`PyOutput`] per
-    /// output, and the input bytes that had to be copied (inputs whose layout is not the graph's).
+    /// output, the input bytes that had to be copied (inputs whose layout is not the graph's), and
+    /// the bytes of outputs written back whole into inputs they mutate (0 when computed in place).
     ///
     /// The caller must keep every input tensor alive and unmodified during the call.
     #[pyo3(signature = (inputs, symbols=None))]
@@ -189,7 +191,12 @@ impl CompiledGraph {
             .into_iter()
             .map(|words| bytes_of(py, words))
             .collect::<PyResult<Vec<_>>>()?;
-        Ok((storages, outputs, native.copied_input_bytes))
+        Ok((
+            storages,
+            outputs,
+            native.copied_input_bytes,
+            native.written_back_bytes,
+        ))
     }
 }
 

@@ -5,7 +5,7 @@ use guardless_codegen::schedule::Step;
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
 use guardless_ir::loop_ir::{
-    Buffer, BufferId, BufferKind, ExternKernel, Layout, LayoutValues, Program,
+    Buffer, BufferId, BufferKind, ExternKernel, Layout, LayoutValues, Op, Program, ScatterCombine,
 };
 use guardless_ir::sym::{Bindings, SymbolId};
 use guardless_ir::tensor::{Data, HostTensor};
@@ -175,6 +175,8 @@ pub struct Session<'p> {
     threads: usize,
     /// Input bytes copied into native storage (0 when every input was read in place).
     pub copied_input_bytes: usize,
+    /// Bytes written back into mutated inputs by the last `execute` (see `write_back`).
+    pub written_back_bytes: usize,
     /// The caller's tensors when passed in place: outputs that mutate an input copied into
     /// native storage are written back to them too.
     raw: Vec<RawTensor>,
@@ -227,6 +229,19 @@ pub(super) unsafe fn session<'p>(
             };
         }
     }
+    // A result computed in an input's storage (see `CpuProgram::in_place`) when that input is
+    // the caller's memory, read in place: the result and its views live there.
+    for (id, input) in cp.in_place.iter().enumerate() {
+        let Some(input) = input else { continue };
+        let h = st.home[input.index()];
+        if st.blocks[h].is_borrowed() {
+            for j in 0..n {
+                if p.storage_root(BufferId(j as u32)).index() == id {
+                    st.home[j] = h;
+                }
+            }
+        }
+    }
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
@@ -238,6 +253,7 @@ pub(super) unsafe fn session<'p>(
         given: bindings.clone(),
         threads,
         copied_input_bytes,
+        written_back_bytes: 0,
         raw: match inputs {
             Inputs::Raw(t) => t.to_vec(),
             Inputs::Host(_) => Vec::new(),
@@ -254,7 +270,7 @@ impl Session<'_> {
             match step {
                 Step::Input(_) | Step::View(_) => {}
                 Step::Kernel(ki) => kernel(&mut self.st, self.cp, self.jit, *ki, self.threads)?,
-                Step::Library(id) => library(&mut self.st, *id)?,
+                Step::Library(id) => library(&mut self.st, *id, self.threads)?,
             }
         }
         self.write_back()
@@ -265,11 +281,16 @@ impl Session<'_> {
     /// input the caller passed in place, into the caller's memory.
     fn write_back(&mut self) -> Result<(), RunError> {
         let p = self.st.p;
+        self.written_back_bytes = 0;
         for w in &p.writes_back {
             let Some(id) = p.input_buffer(w.input) else {
                 continue;
             };
             let out = p.outputs[w.output];
+            if self.st.home[out.index()] == self.st.home[id.index()] {
+                // Computed in the input's storage: nothing to write back.
+                continue;
+            }
             // Read whole first: the output may share storage with the input.
             let (shape, data) = self.st.elements(out)?;
             let value = HostTensor {
@@ -277,6 +298,7 @@ impl Session<'_> {
                 shape,
                 data,
             };
+            self.written_back_bytes += value.numel() * value.dtype.size();
             let buf = &p.buffers[id.index()];
             let (off, strides) = self.st.strides(buf, &buf.layout)?;
             let h = self.st.home[id.index()];
@@ -325,8 +347,13 @@ impl Session<'_> {
             let sizes = self.st.sizes(buf)?;
             let (offset, strides) = self.st.strides(buf, &buf.layout)?;
             let h = self.st.home[o.index()];
+            let borrowed = self.st.blocks[h].is_borrowed();
             let storage = match p.buffers[p.storage_root(o).index()].kind {
-                BufferKind::Input(k) if self.st.blocks[h].is_borrowed() => OutputStorage::Input(k),
+                BufferKind::Input(k) if borrowed => OutputStorage::Input(k),
+                // Computed in place in an input's storage.
+                _ if borrowed => OutputStorage::Input(self.input_of_block(h).ok_or_else(|| {
+                    fail(buf, "an output in borrowed storage of no input".into())
+                })?),
                 _ => OutputStorage::Owned(*storage_of_block[h].get_or_insert_with(|| {
                     storages.push(self.st.blocks[h].take_words());
                     storages.len() - 1
@@ -362,7 +389,23 @@ impl Session<'_> {
             storages,
             outputs,
             copied_input_bytes: self.copied_input_bytes,
+            written_back_bytes: self.written_back_bytes,
         })
+    }
+}
+
+impl Session<'_> {
+    /// The graph input whose (borrowed) storage block `h` is.
+    fn input_of_block(&self, h: usize) -> Option<usize> {
+        self.st
+            .p
+            .buffers
+            .iter()
+            .enumerate()
+            .find_map(|(i, b)| match b.kind {
+                BufferKind::Input(k) if self.st.home[i] == h => Some(k),
+                _ => None,
+            })
     }
 }
 
@@ -531,7 +574,7 @@ fn kernel(
     Ok(())
 }
 
-fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
+fn library(st: &mut State, id: BufferId, threads: usize) -> Result<(), RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     if let BufferKind::Extern { kernel, inputs } = &buf.kind {
@@ -548,8 +591,11 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
             && (dtype == buf.dtype || widened)
             && inputs.iter().all(|i| p.buffers[i.index()].dtype == dtype)
         {
-            return matmul(st, id, *kernel, inputs);
+            return matmul(st, id, *kernel, inputs, threads);
         }
+    }
+    if scatter(st, id)? {
+        return Ok(());
     }
     let reads = p.library_reads(id);
     let mut values = Vec::with_capacity(reads.len());
@@ -577,11 +623,125 @@ fn library(st: &mut State, id: BufferId) -> Result<(), RunError> {
     Ok(())
 }
 
+/// A `write` scatter natively (`index_put`, `index_copy`: a KV-cache update): the base copied
+/// into the result (one `memcpy` when both are dense in row-major order), then only the updates
+/// written, each computed by the interpreter from the small tensors the body loads. False (the
+/// caller interprets the whole step) for a combining scatter, a body that reads the base, or a
+/// result that shares the base's storage under another layout.
+fn scatter(st: &mut State, id: BufferId) -> Result<bool, RunError> {
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    let BufferKind::Scatter {
+        base,
+        body,
+        combine: ScatterCombine::Write,
+        ..
+    } = &buf.kind
+    else {
+        return Ok(false);
+    };
+    let root = p.storage_root(*base);
+    let mut loads: Vec<BufferId> = body
+        .ops
+        .iter()
+        .filter_map(|(op, _)| match op {
+            Op::Load { buffer, .. } => Some(p.storage_root(*buffer)),
+            _ => None,
+        })
+        .collect();
+    loads.sort_by_key(|b| b.0);
+    loads.dedup();
+    let from = &p.buffers[base.index()];
+    let (sizes, from_off, from_strides) = {
+        let v = st.layout(from, &from.layout)?;
+        (v.sizes, v.offset, v.strides)
+    };
+    let (out_off, out_strides) = st.strides(buf, &buf.layout)?;
+    let shared = st.home[root.index()] == st.home[id.index()];
+    if loads.contains(&root) || (shared && (from_off, &from_strides) != (out_off, &out_strides)) {
+        return Ok(false);
+    }
+    let mut values = Vec::with_capacity(loads.len());
+    for r in loads {
+        let rb = &p.buffers[r.index()];
+        let blk = &st.blocks[st.home[r.index()]];
+        let n = st.extent(r)?.min(blk.bytes() / rb.dtype.size());
+        values.push((r, elements::to_data(blk.as_bytes(), rb.dtype, n)));
+    }
+    let (targets, data) = p.scatter_updates(id, &values, &mut st.b)?;
+    let size = buf.dtype.size();
+    if !shared {
+        st.allocate(id)?;
+        let src = st.blocks[st.home[root.index()]].ptr() as *const u8;
+        let dst = st.blocks[st.home[id.index()]].ptr();
+        let dense = |strides: &[i64]| {
+            (0..sizes.len())
+                .all(|d| sizes[d] <= 1 || strides[d] == sizes[d + 1..].iter().product::<i64>())
+        };
+        let numel: i64 = sizes.iter().map(|&n| n.max(0)).product();
+        // Safety: both layouts were checked against their storage (the base's when it was
+        // read or written, the result's when allocated); the blocks are distinct.
+        unsafe {
+            if dense(&from_strides) && dense(&out_strides) {
+                std::ptr::copy_nonoverlapping(
+                    src.offset(from_off as isize * size as isize),
+                    dst.offset(out_off as isize * size as isize),
+                    numel as usize * size,
+                );
+            } else {
+                for k in 0..numel {
+                    let (a, b) = (
+                        element_at(k, &sizes, from_off, &from_strides),
+                        element_at(k, &sizes, out_off, &out_strides),
+                    );
+                    std::ptr::copy_nonoverlapping(
+                        src.offset(a as isize * size as isize),
+                        dst.offset(b as isize * size as isize),
+                        size,
+                    );
+                }
+            }
+        }
+    }
+    let numel: i64 = sizes.iter().map(|&n| n.max(0)).product();
+    let block = &mut st.blocks[st.home[id.index()]];
+    // Safety: a result in a borrowed block is computed in place in an input the graph mutates,
+    // which the caller passed writable (documented on `CpuProgram::run_raw`).
+    let bytes = match unsafe { block.borrowed_mut() } {
+        Some(b) => b,
+        None => block.as_bytes_mut(),
+    };
+    for (k, &t) in targets.iter().enumerate() {
+        if t < 0 || t >= numel {
+            return Err(fail(buf, format!("scatter out of bounds at {t}")));
+        }
+        let at = element_at(t, &sizes, out_off, &out_strides) as usize;
+        let v = match &data {
+            Data::Float(v) => Either::F(v[k]),
+            Data::Int(v) => Either::I(v[k]),
+        };
+        elements::write(bytes, buf.dtype, at, v);
+    }
+    Ok(true)
+}
+
+/// The storage element of row-major index `k` into `sizes`, through `offset` and `strides`.
+fn element_at(mut k: i64, sizes: &[i64], offset: i64, strides: &[i64]) -> i64 {
+    let mut at = offset;
+    for d in (0..sizes.len()).rev() {
+        let n = sizes[d].max(1);
+        at += (k % n) * strides[d];
+        k /= n;
+    }
+    at
+}
+
 fn matmul(
     st: &mut State,
     id: BufferId,
     kernel: ExternKernel,
     inputs: &[BufferId],
+    threads: usize,
 ) -> Result<(), RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
@@ -663,7 +823,7 @@ fn matmul(
             continue;
         }
         // Layouts were checked against their storage when allocated and read.
-        unsafe { super::matmul::gemm(dtype, buf.dtype, (pa, a), (pb, b), (po, o), bias) };
+        unsafe { super::matmul::gemm(dtype, buf.dtype, (pa, a), (pb, b), (po, o), bias, threads) };
     }
     Ok(())
 }

@@ -175,6 +175,7 @@ pub unsafe fn raw_to_host(t: &super::RawTensor) -> HostTensor {
 pub fn host_to_native(outs: &[HostTensor], copied_input_bytes: usize) -> super::NativeOutputs {
     let mut native = super::NativeOutputs {
         copied_input_bytes,
+        written_back_bytes: 0,
         ..Default::default()
     };
     for t in outs {

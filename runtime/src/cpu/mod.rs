@@ -64,6 +64,9 @@ pub struct NativeOutputs {
     pub outputs: Vec<OutputView>,
     /// Input bytes copied because their layout was not the graph's.
     pub copied_input_bytes: usize,
+    /// Bytes of outputs copied into the inputs they mutate after the kernels (0 when each was
+    /// computed in its input's storage: a KV-cache update in place).
+    pub written_back_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +88,10 @@ pub struct RunOptions {
 pub struct CpuProgram {
     pub program: Program,
     pub schedule: Schedule,
+    /// By buffer: the graph input whose storage it is computed in when that input is read in
+    /// place (a KV-cache `index_put` written back into its cache writes only the new rows).
+    #[cfg(feature = "llvm")]
+    in_place: Vec<Option<guardless_ir::loop_ir::BufferId>>,
     #[cfg(feature = "llvm")]
     jit: jit::Jit,
 }
@@ -93,13 +100,35 @@ impl CpuProgram {
     /// Schedules `program` and compiles its kernels.
     pub fn compile(mut program: Program) -> Result<CpuProgram, CpuError> {
         let schedule = schedule(&mut program);
+        // Write scatters run natively (`exec::scatter`), writing only their updates.
+        #[cfg(feature = "llvm")]
+        let writes: Vec<bool> = program
+            .buffers
+            .iter()
+            .map(|b| {
+                matches!(
+                    b.kind,
+                    guardless_ir::loop_ir::BufferKind::Scatter {
+                        combine: guardless_ir::loop_ir::ScatterCombine::Write,
+                        ..
+                    }
+                )
+            })
+            .collect();
         #[cfg(feature = "llvm")]
         {
+            let in_place = crate::launch::in_place::in_place_outputs(
+                &mut program,
+                &schedule,
+                &|id| writes[id.index()],
+                false,
+            );
             let jit = jit::Jit::compile(&mut program, &schedule)
                 .map_err(|e| CpuError::Compile(e.to_string()))?;
             Ok(CpuProgram {
                 program,
                 schedule,
+                in_place,
                 jit,
             })
         }
@@ -199,7 +228,9 @@ impl CpuProgram {
                 .collect();
             let copied = host.iter().map(|t| t.numel() * t.dtype.size()).sum();
             let outs = self.run(&host, bindings, options)?;
+            let mut written = 0;
             for w in &p.writes_back {
+                written += outs[w.output].numel() * outs[w.output].dtype.size();
                 unsafe { memory::write_raw(&inputs[w.input], &outs[w.output]) }.map_err(
                     |message| RunError::Input {
                         index: w.input,
@@ -207,7 +238,9 @@ impl CpuProgram {
                     },
                 )?;
             }
-            Ok(memory::host_to_native(&outs, copied))
+            let mut native = memory::host_to_native(&outs, copied);
+            native.written_back_bytes = written;
+            Ok(native)
         }
     }
 

@@ -14,11 +14,14 @@ use guardless_codegen::schedule::{Schedule, Step};
 use guardless_ir::loop_ir::{BufferId, BufferKind, Op, Program};
 
 /// By buffer: the graph input whose storage it is computed in (the launcher then allocates
-/// nothing for it, and a scatter skips the copy of its base).
-pub(super) fn in_place_outputs(
+/// nothing for it, and a scatter skips the copy of its base). `native_scatter(id)`: whether
+/// scatter `id` runs as the backend's own step (one that writes only its updates), not through
+/// the host's interpreter; `kernels`: whether kernel members may be computed in place too.
+pub(crate) fn in_place_outputs(
     p: &mut Program,
     s: &Schedule,
-    on_device: &[super::PartEntries],
+    native_scatter: &dyn Fn(BufferId) -> bool,
+    kernels: bool,
 ) -> Vec<Option<BufferId>> {
     let mut out = vec![None; p.buffers.len()];
     for w in p.writes_back.clone() {
@@ -49,12 +52,12 @@ pub(super) fn in_place_outputs(
             // Its values must not read the input being overwritten (another thread's target).
             (Step::Library(_), BufferKind::Scatter { base, body, .. }) => {
                 *base == input
-                    && on_device[id.index()].iter().any(Option::is_some)
+                    && native_scatter(id)
                     && !body.ops.iter().any(|(op, _)| {
                         matches!(op, Op::Load { buffer, .. } if p.storage_root(*buffer) == input)
                     })
             }
-            (&Step::Kernel(k), BufferKind::Computed { .. }) => {
+            (&Step::Kernel(k), BufferKind::Computed { .. }) if kernels => {
                 reads_only_its_element(p, s, k, id, input)
             }
             _ => false,

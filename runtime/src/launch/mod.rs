@@ -25,7 +25,7 @@ use crate::elements::{self, Either};
 pub use gemm::{BlasGemm, Gemm, Operand};
 
 mod capture;
-mod in_place;
+pub(crate) mod in_place;
 mod library;
 mod readback;
 mod write_back;
@@ -209,7 +209,8 @@ impl Executable {
             }
             params.push(ps);
         }
-        let in_place = in_place::in_place_outputs(&mut program, &schedule, &step_entries);
+        let on_device = |id: BufferId| step_entries[id.index()].iter().any(Option::is_some);
+        let in_place = in_place::in_place_outputs(&mut program, &schedule, &on_device, true);
         let needs =
             readback::step_needs(&program, &schedule, &variant_entry, &step_entries, &params);
         let (readback_slot, readback_slots) = readback::slots(&program);

@@ -588,6 +588,44 @@ impl Program {
         id
     }
 
+    /// A `write` scatter's updates, without its base: `values` holds the storage of every buffer
+    /// its body loads (by storage root, as [`Program::library_reads`] names them). Returns each
+    /// target (a row-major index into the base's shape) and its value rounded to the scatter's
+    /// dtype, in order (a later update of the same target wins). A backend that copies the base
+    /// itself — or computes the result in the base's storage — runs only these.
+    pub fn scatter_updates(
+        &self,
+        id: BufferId,
+        values: &[(BufferId, Data)],
+        b: &mut Bindings,
+    ) -> Result<(Vec<i64>, Data), RunError> {
+        let buf = &self.buffers[id.index()];
+        if !matches!(buf.kind, BufferKind::Scatter { .. }) {
+            return Err(fail_for(buf)("not a scatter".into()));
+        }
+        let mut st = Storage::new(self, &ExecPlan::unscheduled(self));
+        for (r, d) in values {
+            let v = match d {
+                Data::Float(v) => v.iter().map(|&x| V::F(x)).collect(),
+                Data::Int(v) => v.iter().map(|&x| V::I(x)).collect(),
+            };
+            st.put(*r, v);
+        }
+        let updates = self
+            .updates_of_scatter(buf, &st, b)
+            .map_err(fail_for(buf))?;
+        let targets = updates.iter().map(|u| u.0).collect();
+        let values = updates.into_iter().map(|u| super::store(buf.dtype, u.1));
+        Ok((
+            targets,
+            if buf.dtype.is_float() {
+                Data::Float(values.map(V::f).collect())
+            } else {
+                Data::Int(values.map(V::i).collect())
+            },
+        ))
+    }
+
     /// Runs one library step on host values, for a backend that runs its kernels itself:
     /// `values` holds the storage of every buffer of [`Program::library_reads`]. Returns the
     /// step's storage (empty for `.item()`); symbols it produces are bound in `b`.

@@ -146,11 +146,7 @@ impl Program {
     /// A copy of the base, then the body's values combined with their targets in order.
     pub(super) fn scatter(&self, buf: &Buffer, storage: &Storage, b: &mut Bindings) -> R<Vec<V>> {
         let BufferKind::Scatter {
-            base,
-            loops,
-            body,
-            target,
-            combine: how,
+            base, combine: how, ..
         } = &buf.kind
         else {
             unreachable!("called for scatter buffers")
@@ -163,13 +159,52 @@ impl Program {
             out.push(store(buf.dtype, self.read_at(storage, *base, &idx, b)?));
             next_index(&mut idx, &shape);
         }
+        let kind = match how {
+            ScatterCombine::Write => None,
+            ScatterCombine::Add => Some(ReductionKind::Sum),
+            ScatterCombine::Mul => Some(ReductionKind::Prod),
+            ScatterCombine::Max => Some(ReductionKind::Max),
+            ScatterCombine::Min => Some(ReductionKind::Min),
+        };
+        for (at, v) in self.updates_of_scatter(buf, storage, b)? {
+            let slot = out
+                .get_mut(at as usize)
+                .filter(|_| at >= 0)
+                .ok_or_else(|| format!("scatter out of bounds at {at}"))?;
+            *slot = match kind {
+                Some(k) => store(buf.dtype, combine(k, buf.dtype, *slot, v)),
+                None => store(buf.dtype, v),
+            };
+        }
+        Ok(out)
+    }
+
+    /// A scatter's updates in order: each target (a row-major index into the base's shape) and
+    /// the body's value there, unrounded.
+    pub(super) fn updates_of_scatter(
+        &self,
+        buf: &Buffer,
+        storage: &Storage,
+        b: &mut Bindings,
+    ) -> R<Vec<(i64, V)>> {
+        let BufferKind::Scatter {
+            loops,
+            body,
+            target,
+            ..
+        } = &buf.kind
+        else {
+            unreachable!("called for scatter buffers")
+        };
         let ranges: Vec<i64> = loops
             .ranges
             .iter()
             .map(|&r| self.env.evaluate(r, b).map_err(|e| e.to_string()))
             .collect::<R<_>>()?;
+        let points = ranges.iter().product::<i64>().max(0);
+        let mut updates = Vec::with_capacity(points as usize);
         let mut idx = vec![0i64; ranges.len()];
-        for _ in 0..ranges.iter().product::<i64>().max(0) {
+        for _ in 0..points {
             for (&var, &v) in loops.vars.iter().zip(&idx) {
                 b.set(
                     self.env
@@ -181,24 +216,10 @@ impl Program {
             }
             let v = self.eval_body(body, b, storage)?;
             let at = self.env.evaluate(*target, b).map_err(|e| e.to_string())?;
-            let slot = out
-                .get_mut(at as usize)
-                .filter(|_| at >= 0)
-                .ok_or_else(|| format!("scatter out of bounds at {at}"))?;
-            let kind = match how {
-                ScatterCombine::Write => None,
-                ScatterCombine::Add => Some(ReductionKind::Sum),
-                ScatterCombine::Mul => Some(ReductionKind::Prod),
-                ScatterCombine::Max => Some(ReductionKind::Max),
-                ScatterCombine::Min => Some(ReductionKind::Min),
-            };
-            *slot = match kind {
-                Some(k) => store(buf.dtype, combine(k, buf.dtype, *slot, v)),
-                None => store(buf.dtype, v),
-            };
+            updates.push((at, v));
             next_index(&mut idx, &ranges);
         }
-        Ok(out)
+        Ok(updates)
     }
 
     /// mm, addmm, bmm and grouped mm: products accumulated exactly (f64), the bias added, rounded
