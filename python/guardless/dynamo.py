@@ -142,14 +142,45 @@ def _mutation(n: torch.fx.Node):
     return dst, src
 
 
-def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, int]:
+def _outputs(w: _Writer, values, returns: list) -> list:
+    """The graph's outputs for the FX graph's `values`, and into `returns` how each value comes
+    back: `("tensor", k)` (graph output k), `("int", k)` (a size, computed as graph output k, a
+    0-d int64 tensor made by `scalar_tensor` of its expression) or `("constant", v)` (None, a
+    bool, an int or a float the graph does not compute)."""
+    outputs: list = []
+    taken = {node["name"] for node in w.nodes}
+    for i, o in enumerate(values):
+        v = o.meta.get("val") if isinstance(o, torch.fx.Node) else o
+        if isinstance(v, torch.Tensor):
+            returns.append(("tensor", len(outputs)))
+            outputs.append(w.value(o) if not w.errors else None)
+        elif isinstance(v, torch.SymInt) or (isinstance(o, torch.fx.Node) and isinstance(v, int) and not isinstance(v, bool)):
+            name = f"output_size_{i}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            if not w.errors:
+                w.nodes.append({"name": name, "op": "aten.scalar_tensor.default",
+                                "args": {"s": w.value(o), "dtype": {"dtype": "i64"}}})
+            returns.append(("int", len(outputs)))
+            outputs.append({"tensor": name})
+        elif not isinstance(o, torch.fx.Node) and (o is None or isinstance(o, (bool, int, float))):
+            returns.append(("constant", o))
+        else:
+            w.errors.append(f"output {o!r}: a {type(v).__name__}, not a tensor or a size")
+    return outputs if not w.errors else []
+
+
+def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, list]:
     """An ATen FX graph (AOT autograd's) as the graph format, how each placeholder is passed
     (`("tensor",)`, `("symbol", name)` (a SymInt argument that is one symbol) or `("skip",)`),
     the graph's constant tensors (its `get_attr` nodes: tensors made in forward), passed after
-    the placeholders' tensors as the graph's last inputs, and how many of the graph's outputs
-    are the FX graph's (the rest write its input mutations back: `mutates`)."""
+    the placeholders' tensors as the graph's last inputs, and how each of the FX graph's outputs
+    comes back (see `_outputs`; the graph's outputs after those write its input mutations back:
+    `mutates`)."""
     w = _Writer()
     mutations: list = []
+    returns: list = []
     inputs: list[dict] = []
     constant_inputs: list[dict] = []
     constants: list[torch.Tensor] = []
@@ -188,13 +219,9 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, int]
         elif n.op == "call_function":
             w.call(n)
         elif n.op == "output":
-            for o in n.args[0]:
-                if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.Tensor):
-                    w.errors.append(f"output {o!r}: not a tensor")
-            outputs = [w.value(o) for o in n.args[0]] if not w.errors else []
+            outputs = _outputs(w, n.args[0], returns)
         else:
             w.errors.append(f"node '{n.name}': {n.op} nodes are not supported")
-    user_outputs = len(outputs)
     if not w.errors:
         seen = set()
         for dst, src in mutations:
@@ -207,18 +234,20 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, int]
                 continue
             outputs.append({**value, "mutates": dst.name})
     graph = w.graph(name, _symbols(gm), inputs + constant_inputs, outputs)
-    return graph, plan, constants, user_outputs
+    return graph, plan, constants, returns
 
 
 class CompiledFunction:
     """A compiled graph, called by AOT autograd with its flat arguments."""
 
     def __init__(self, compiled, graph: dict, plan: list, name: str, device: str = "cpu",
-                 constants: list | None = None, user_outputs: int | None = None):
+                 constants: list | None = None, returns: list | None = None):
         self.compiled = compiled
         self.graph = graph
-        # The outputs returned; the rest mutate inputs, which the call writes in place.
-        self.user_outputs = len(graph["outputs"]) if user_outputs is None else user_outputs
+        # How each value returned comes back (see `_outputs`); graph outputs past those mutate
+        # inputs, which the call writes in place.
+        self.returns = returns if returns is not None else [("tensor", k) for k in range(len(graph["outputs"]))]
+        self.user_outputs = sum(r[0] != "constant" for r in self.returns)
         self.plan = plan
         self.name = name
         self.device = device  # "cpu", or "cuda" (GPU 0)
@@ -241,7 +270,7 @@ class CompiledFunction:
             elif p[0] == "symbol":
                 symbols[p[1]] = int(a)
         if self.device == "cuda":
-            return self._call_cuda(tensors, symbols)
+            return self._returned(self._call_cuda(tensors, symbols))
         storages, outs, copied, written_back = self.compiled.run(tensors, symbols)
         _stats.calls += 1
         _stats.copied_input_bytes += copied
@@ -260,7 +289,14 @@ class CompiledFunction:
                 if src.dtype != dt:
                     src = src.view(dt)
                 results.append(torch.as_strided(src, shape, strides, src.storage_offset() + offset))
-        return results
+        return self._returned(results)
+
+    def _returned(self, results: list) -> list:
+        """The FX graph's outputs from the graph's: sizes as ints, constants as they were."""
+        if all(r[0] == "tensor" for r in self.returns):
+            return results
+        return [results[r[1]] if r[0] == "tensor" else int(results[r[1]]) if r[0] == "int" else r[1]
+                for r in self.returns]
 
 
     def _call_cuda(self, tensors, symbols):
@@ -314,7 +350,7 @@ def make_backend(fallback: bool = True):
 
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
-                graph, plan, constants, user_outputs = from_fx(aten, name)
+                graph, plan, constants, returns = from_fx(aten, name)
                 # The pieces of a model between its graph breaks (a decoder's layers between
                 # attention calls) are often the same graph but for its name: compiled once.
                 key = (device, json.dumps({**graph, "name": ""}, sort_keys=True))
@@ -332,7 +368,7 @@ def make_backend(fallback: bool = True):
                     raise
                 _fallback(name, str(e))
                 return aten
-            fn = CompiledFunction(compiled, graph, plan, name, device, constants, user_outputs)
+            fn = CompiledFunction(compiled, graph, plan, name, device, constants, returns)
             backend.compiled.append(fn)
             return fn
 

@@ -38,7 +38,7 @@ _DTYPES = {
 _SYM_OPS = {
     operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
     operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne,
-    torch.sym_max, torch.sym_min, torch.sym_not,
+    torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_sum, torch.sym_ite,
     # SymBool connectives (torch's guard-free checks on unbacked sizes combine conditions).
     operator.or_, operator.and_,
 }

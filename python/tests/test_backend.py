@@ -196,6 +196,23 @@ class BackendTest(unittest.TestCase):
         s = guardless.stats()
         self.assertEqual((s.copied_input_bytes, s.written_back_bytes), (0, 0))
 
+    def test_graphs_that_return_sizes_compile(self):
+        # Sizes and SymInt arithmetic (sym_max, sums of sizes) returned beside tensors, as Gemma 3's
+        # graphs do: computed by the graph, returned as ints, never a fallback.
+        def f(x, y):
+            n = x.shape[0] + y.shape[1]
+            return x * 2, n, torch.sym_max(x.shape[0], y.shape[0]) * 3, None
+
+        cf, b = compiled(f, dynamic=True)
+        for n in (3, 5, 9):
+            x, y = torch.randn(n, 2), torch.randn(n + 1, 4)
+            got, want = cf(x, y), f(x, y)
+            torch.testing.assert_close(got[0], want[0])
+            self.assertEqual(got[1:], want[1:])
+            self.assertIsInstance(got[1], int)
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertIn(("int", 1), b.compiled[-1].returns)
+
     def test_data_dependent_sizes(self):
         def f(a):
             k = (a > 0).sum().item()
