@@ -243,7 +243,7 @@ pub(super) unsafe fn session<'p>(
         }
     }
     let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => cores(),
         t => t,
     };
     Ok(Session {
@@ -259,6 +259,13 @@ pub(super) unsafe fn session<'p>(
             Inputs::Host(_) => Vec::new(),
         },
     })
+}
+
+/// The cores this process may use, read once: `available_parallelism` reads the cgroup's files
+/// on every call (tens of microseconds, more than a decode step's small kernels).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 impl Session<'_> {
