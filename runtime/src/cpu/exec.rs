@@ -277,7 +277,7 @@ impl Session<'_> {
             match step {
                 Step::Input(_) | Step::View(_) => {}
                 Step::Kernel(ki) => kernel(&mut self.st, self.cp, self.jit, *ki, self.threads)?,
-                Step::Library(id) => library(&mut self.st, *id, self.threads)?,
+                Step::Library(id) => library(&mut self.st, self.jit, *id, self.threads)?,
             }
         }
         self.write_back()
@@ -581,7 +581,7 @@ fn kernel(
     Ok(())
 }
 
-fn library(st: &mut State, id: BufferId, threads: usize) -> Result<(), RunError> {
+fn library(st: &mut State, jit: &Jit, id: BufferId, threads: usize) -> Result<(), RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     if let BufferKind::Extern { kernel, inputs } = &buf.kind {
@@ -601,7 +601,7 @@ fn library(st: &mut State, id: BufferId, threads: usize) -> Result<(), RunError>
             return matmul(st, id, *kernel, inputs, threads);
         }
     }
-    if scatter(st, id)? {
+    if scatter(st, jit, id)? {
         return Ok(());
     }
     let reads = p.library_reads(id);
@@ -631,11 +631,12 @@ fn library(st: &mut State, id: BufferId, threads: usize) -> Result<(), RunError>
 }
 
 /// A `write` scatter natively (`index_put`, `index_copy`: a KV-cache update): the base copied
-/// into the result (one `memcpy` when both are dense in row-major order), then only the updates
-/// written, each computed by the interpreter from the small tensors the body loads. False (the
-/// caller interprets the whole step) for a combining scatter, a body that reads the base, or a
-/// result that shares the base's storage under another layout.
-fn scatter(st: &mut State, id: BufferId) -> Result<bool, RunError> {
+/// into the result (one `memcpy` when both are dense in row-major order; nothing when the
+/// result is computed in the base's storage), then only the updates written, by the JIT's
+/// function of the scatter (`llvm::scatter`; the interpreter computes them where there is
+/// none). False (the caller interprets the whole step) for a combining scatter, a body that
+/// reads the base, or a result that shares the base's storage under another layout.
+fn scatter(st: &mut State, jit: &Jit, id: BufferId) -> Result<bool, RunError> {
     let p = st.p;
     let buf = &p.buffers[id.index()];
     let BufferKind::Scatter {
@@ -668,14 +669,22 @@ fn scatter(st: &mut State, id: BufferId) -> Result<bool, RunError> {
     if loads.contains(&root) || (shared && (from_off, &from_strides) != (out_off, &out_strides)) {
         return Ok(false);
     }
-    let mut values = Vec::with_capacity(loads.len());
-    for r in loads {
-        let rb = &p.buffers[r.index()];
-        let blk = &st.blocks[st.home[r.index()]];
-        let n = st.extent(r)?.min(blk.bytes() / rb.dtype.size());
-        values.push((r, elements::to_data(blk.as_bytes(), rb.dtype, n)));
-    }
-    let (targets, data) = p.scatter_updates(id, &values, &mut st.b)?;
+    let native = jit.scatters.get(&id);
+    let updates = match native {
+        Some(_) => None,
+        None => {
+            let mut values = Vec::with_capacity(loads.len());
+            for r in loads {
+                let rb = &p.buffers[r.index()];
+                let blk = &st.blocks[st.home[r.index()]];
+                let n = st.extent(r)?.min(blk.bytes() / rb.dtype.size());
+                values.push((r, elements::to_data(blk.as_bytes(), rb.dtype, n)));
+            }
+            let updates = p.scatter_updates(id, &values, &mut st.b)?;
+            st.syms_stale = true;
+            Some(updates)
+        }
+    };
     let size = buf.dtype.size();
     if !shared {
         st.allocate(id)?;
@@ -710,6 +719,44 @@ fn scatter(st: &mut State, id: BufferId) -> Result<bool, RunError> {
             }
         }
     }
+    let Some((targets, data)) = updates else {
+        let f = native.expect("a native function where no updates were interpreted");
+        let BufferKind::Scatter { loops, .. } = &buf.kind else {
+            unreachable!("a scatter")
+        };
+        let mut points = 1i64;
+        for &r in &loops.ranges {
+            points = points.saturating_mul(st.eval(buf, r)?.max(0));
+        }
+        if points > 0 {
+            let ptrs = st.pointers(&f.buffers);
+            let syms = st.symbols();
+            let mut err = [0i64; 4];
+            // In order on this thread: a later update of the same target wins.
+            unsafe {
+                (f.function)(
+                    ptrs.as_ptr(),
+                    syms,
+                    0,
+                    points,
+                    err.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            if err[0] != 0 {
+                let (buffer, origins, mut message) = f.errors[err[0] as usize - 1].clone();
+                for k in 0..3 {
+                    message = message.replace(&format!("{{{k}}}"), &err[k + 1].to_string());
+                }
+                return Err(RunError::Buffer {
+                    buffer,
+                    origins,
+                    message,
+                });
+            }
+        }
+        return Ok(true);
+    };
     let numel: i64 = sizes.iter().map(|&n| n.max(0)).product();
     let block = &mut st.blocks[st.home[id.index()]];
     // Safety: a result in a borrowed block is computed in place in an input the graph mutates,

@@ -40,6 +40,16 @@ pub struct Jit {
     pub buffers: Vec<Vec<BufferId>>,
     /// Each kernel's errors: code `i + 1` means `errors[k][i]`: buffer, graph nodes, message.
     pub errors: Vec<Vec<(String, String, String)>>,
+    /// By buffer: the updates of a write scatter (`llvm::scatter`), called like a kernel over
+    /// the scatter's points.
+    pub scatters: FxHashMap<BufferId, Native>,
+}
+
+/// A native function that is not a schedule kernel, with its pointer table and errors.
+pub struct Native {
+    pub function: KernelFn,
+    pub buffers: Vec<BufferId>,
+    pub errors: Vec<(String, String, String)>,
 }
 
 // The engine is only read after construction (function addresses); the kernels are plain code.
@@ -232,6 +242,26 @@ impl Jit {
             buffers.push(table);
             errors.push(own_errors);
         }
+        let mut scatters = Vec::new();
+        for step in &s.steps {
+            let guardless_codegen::schedule::Step::Library(id) = *step else {
+                continue;
+            };
+            let name = format!("scatter{}", id.index());
+            let mut own_errors = Vec::new();
+            if let Some((_, table)) = crate::llvm::scatter::emit_scatter(
+                cx,
+                &module,
+                &helpers,
+                p,
+                id,
+                &name,
+                &[("target-cpu", &cpu), ("target-features", &features)],
+                &mut own_errors,
+            )? {
+                scatters.push((id, name, table, own_errors));
+            }
+        }
         module.verify().map_err(llvm)?;
         module
             .run_passes("default<O3>", &machine, PassBuilderOptions::create())
@@ -254,6 +284,19 @@ impl Jit {
             let addr = engine.get_function_address(name).map_err(llvm)?;
             kernels.push(unsafe { std::mem::transmute::<usize, KernelFn>(addr) });
         }
+        let mut natives = FxHashMap::default();
+        for (id, name, buffers, errors) in scatters {
+            let addr = engine.get_function_address(&name).map_err(llvm)?;
+            let function = unsafe { std::mem::transmute::<usize, KernelFn>(addr) };
+            natives.insert(
+                id,
+                Native {
+                    function,
+                    buffers,
+                    errors,
+                },
+            );
+        }
         Ok(Jit {
             engine: ManuallyDrop::new(engine),
             context: ManuallyDrop::new(context),
@@ -262,6 +305,7 @@ impl Jit {
             cache_slots,
             buffers,
             errors,
+            scatters: natives,
         })
     }
 }

@@ -1,7 +1,8 @@
 //! Extern matmuls on the host: operands read in place through their layouts (transposed weights
 //! need no copy). Products of a few rows (decode: one token against a weight matrix) go through
 //! `gemm`'s matrix-vector path, which reads the weight once; larger ones through `matrixmultiply`
-//! (blocked, SIMD, multithreaded), whose packing of the weight pays off only over many rows.
+//! (blocked, SIMD), whose packing of the weight pays off only over many rows, its columns split
+//! across the call's threads.
 //! f16/bf16 operands are widened to f32 a tile of the weight at a time (a tile stays in cache;
 //! the whole weight is never copied) and the product rounded once to the output dtype. A bias row
 //! (`addmm`) is the accumulator's starting value, so it too is added before that one rounding.
@@ -26,8 +27,10 @@ pub struct Row {
     pub stride: isize,
 }
 
-/// Products of at most this many rows take the matrix-vector path.
-const FEW_ROWS: usize = 4;
+/// Products of at most this many rows take the matrix-vector path, a row at a time: each row
+/// streams the weight once (from cache after the first), where matrixmultiply packs all of it
+/// first — at 256×688, one row 12 µs against 84, six rows 73 against 84 (docs/benchmarks.md).
+const FEW_ROWS: usize = 6;
 
 /// Multiply-adds below which a product runs on the calling thread.
 const PARALLEL_WORK: usize = 1 << 18;
@@ -37,8 +40,7 @@ const TILE_BYTES: usize = 256 << 10;
 
 /// `out = a @ b (+ bias)` for one matrix (`a`: m×k, `b`: k×n, `out`: m×n, `bias`: n), each in its
 /// own storage. `out_dtype` is `dtype`, or f32 for f16/bf16 operands without a bias (the
-/// product unrounded). `threads` bounds the threads of the matrix-vector path (matrixmultiply
-/// sizes its own pool).
+/// product unrounded). `threads`: the most threads it may use (rayon's pool).
 ///
 /// # Safety
 /// Every element the views address lies inside its storage.
@@ -83,7 +85,7 @@ pub unsafe fn gemm(
 }
 
 /// A float type both libraries multiply.
-trait Float: Copy + 'static {
+trait Float: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
     /// matrixmultiply's product for this type.
@@ -164,38 +166,79 @@ unsafe fn product<T: Float>(
         (out.0 as *mut T).offset(out.1.offset),
     );
     if m <= FEW_ROWS || n == 1 {
-        let parallelism = if threads > 1 && m * n * k >= PARALLEL_WORK {
+        let parallelism = if threads > 1 && n * k >= PARALLEL_WORK {
             gemm::Parallelism::Rayon(threads)
         } else {
             gemm::Parallelism::None
         };
         // gemm's `alpha` scales what `out` held (read only when `accumulate`), `beta` the product.
-        gemm::gemm(
-            m,
-            n,
-            k,
-            po,
-            out.1.cs,
-            out.1.rs,
-            accumulate,
-            pa,
-            a.1.cs,
-            a.1.rs,
-            pb,
-            b.1.cs,
-            b.1.rs,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+        let rows = if n == 1 { m } else { 1 };
+        for i in (0..m).step_by(rows) {
+            gemm::gemm(
+                rows,
+                n,
+                k,
+                po.offset(i as isize * out.1.rs),
+                out.1.cs,
+                out.1.rs,
+                accumulate,
+                pa.offset(i as isize * a.1.rs),
+                a.1.cs,
+                a.1.rs,
+                pb,
+                b.1.cs,
+                b.1.rs,
+                T::ONE,
+                T::ONE,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
     } else {
         let beta = if accumulate { T::ONE } else { T::ZERO };
-        T::blocked(
-            m, k, n, pa, a.1.rs, a.1.cs, pb, b.1.rs, b.1.cs, beta, po, out.1.rs, out.1.cs,
-        );
+        // Columns split across `threads` (rayon's pool: the caller's thread count, which
+        // matrixmultiply's own pool would not follow); each part packs only its columns.
+        let parts = if threads > 1 && m * n * k >= PARALLEL_WORK {
+            threads.min(n.div_ceil(64))
+        } else {
+            1
+        };
+        let per = n.div_ceil(parts);
+        let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
+        let part = |j0: usize| {
+            let w = per.min(n - j0);
+            // Safety: columns j0..j0 + w of `b` and `out`, inside their views; parts write
+            // disjoint columns.
+            unsafe {
+                T::blocked(
+                    m,
+                    k,
+                    w,
+                    pa as *const T,
+                    a.1.rs,
+                    a.1.cs,
+                    (pb as *const T).offset(j0 as isize * b.1.cs),
+                    b.1.rs,
+                    b.1.cs,
+                    beta,
+                    (po as *mut T).offset(j0 as isize * out.1.cs),
+                    out.1.rs,
+                    out.1.cs,
+                )
+            }
+        };
+        if parts == 1 {
+            part(0);
+        } else {
+            rayon::scope(|sc| {
+                for j0 in (0..n).step_by(per) {
+                    let part = &part;
+                    sc.spawn(move |_| part(j0));
+                }
+            });
+        }
     }
 }
 
@@ -360,14 +403,17 @@ mod tests {
     #[test]
     fn products_match_a_reference_on_every_path() {
         for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-            // k = 4096 makes the widened tiles 16 columns wide: n = 40 is 2 tiles and 8 columns.
+            // k = 4096 makes the widened tiles 16 columns wide: n = 40 is 2 tiles and 8 columns;
+            // 6 rows a row at a time, 7 blocked; 64×128×200 split into two column ranges.
             for &(m, k, n) in &[
                 (1, 5, 3),
                 (1, 4096, 40),
                 (3, 64, 33),
                 (4, 7, 1),
-                (5, 9, 6),
+                (6, 9, 6),
+                (7, 9, 6),
                 (17, 33, 70),
+                (64, 128, 200),
             ] {
                 for transposed in [false, true] {
                     for with_bias in [false, true] {

@@ -6,6 +6,7 @@ pub mod emit;
 pub mod kernel;
 pub mod ops;
 pub mod ptx;
+pub mod scatter;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::context::Context;
