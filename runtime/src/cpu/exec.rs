@@ -261,11 +261,11 @@ pub(super) unsafe fn session<'p>(
     })
 }
 
-/// The cores this process may use, read once: `available_parallelism` reads the cgroup's files
-/// on every call (tens of microseconds, more than a decode step's small kernels).
+/// The threads a call may use: rayon's pool (`RAYON_NUM_THREADS`, else the cores this process
+/// may use), the pool the parallel kernels and matmuls run on. Asking for more parts than it
+/// has threads only queues them behind each other while the caller waits.
 fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    rayon::current_num_threads()
 }
 
 impl Session<'_> {

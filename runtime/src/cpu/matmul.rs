@@ -88,6 +88,8 @@ pub unsafe fn gemm(
 trait Float: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
+    /// Whether `super::rows` multiplies this type.
+    const FEW_ROWS: bool;
     /// matrixmultiply's product for this type.
     #[allow(clippy::too_many_arguments)]
     unsafe fn blocked(
@@ -110,6 +112,7 @@ trait Float: Copy + Send + Sync + 'static {
 impl Float for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    const FEW_ROWS: bool = true;
     unsafe fn blocked(
         m: usize,
         k: usize,
@@ -132,6 +135,7 @@ impl Float for f32 {
 impl Float for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
+    const FEW_ROWS: bool = false;
     unsafe fn blocked(
         m: usize,
         k: usize,
@@ -165,7 +169,21 @@ unsafe fn product<T: Float>(
         (b.0 as *const T).offset(b.1.offset),
         (out.0 as *mut T).offset(out.1.offset),
     );
-    if m <= FEW_ROWS || n == 1 {
+    if T::FEW_ROWS
+        && (2..=super::rows::MAX_ROWS).contains(&m)
+        && n > 1
+        && a.1.cs == 1
+        && b.1.rs == 1
+    {
+        few_rows(
+            a.1,
+            b.1,
+            out.1,
+            (pa as *const f32, pb as *const f32, po as *mut f32),
+            accumulate,
+            threads,
+        );
+    } else if m <= FEW_ROWS || n == 1 {
         let parallelism = if threads > 1 && n * k >= PARALLEL_WORK {
             gemm::Parallelism::Rayon(threads)
         } else {
@@ -239,6 +257,59 @@ unsafe fn product<T: Float>(
                 }
             });
         }
+    }
+}
+
+/// f32 `out (+)= a @ b` through `super::rows` (`a`'s rows and `b`'s columns contiguous), its
+/// columns split across `threads`. The pointers are the views' first elements.
+fn few_rows(
+    a: Mat,
+    b: Mat,
+    out: Mat,
+    (pa, pb, po): (*const f32, *const f32, *mut f32),
+    accumulate: bool,
+    threads: usize,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if !accumulate {
+        for i in 0..m as isize {
+            for j in 0..n as isize {
+                // Safety: inside the output view.
+                unsafe { *po.offset(i * out.rs + j * out.cs) = 0.0 };
+            }
+        }
+    }
+    let parts = if threads > 1 && m * n * k >= PARALLEL_WORK {
+        threads.min(n.div_ceil(64))
+    } else {
+        1
+    };
+    let per = n.div_ceil(parts);
+    let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
+    let part = |j0: usize| {
+        let w = per.min(n - j0);
+        // Safety: columns j0..j0 + w of `b` and `out`; parts write disjoint columns.
+        unsafe {
+            super::rows::add_product(
+                (m, w, k),
+                pa as *const f32,
+                a.rs,
+                (pb as *const f32).offset(j0 as isize * b.cs),
+                b.cs,
+                (po as *mut f32).offset(j0 as isize * out.cs),
+                (out.rs, out.cs),
+            )
+        }
+    };
+    if parts == 1 {
+        part(0);
+    } else {
+        rayon::scope(|sc| {
+            for j0 in (0..n).step_by(per) {
+                let part = &part;
+                sc.spawn(move |_| part(j0));
+            }
+        });
     }
 }
 
@@ -404,7 +475,9 @@ mod tests {
     fn products_match_a_reference_on_every_path() {
         for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
             // k = 4096 makes the widened tiles 16 columns wide: n = 40 is 2 tiles and 8 columns;
-            // 6 rows a row at a time, 7 blocked; 64×128×200 split into two column ranges.
+            // 2–32 rows against a transposed weight in register tiles (32×96×100 split into
+            // two column ranges), else 6 rows a row at a time, 7 blocked; 64×128×200 blocked
+            // in two column ranges.
             for &(m, k, n) in &[
                 (1, 5, 3),
                 (1, 4096, 40),
@@ -414,6 +487,7 @@ mod tests {
                 (7, 9, 6),
                 (17, 33, 70),
                 (64, 128, 200),
+                (32, 96, 100),
             ] {
                 for transposed in [false, true] {
                     for with_bias in [false, true] {

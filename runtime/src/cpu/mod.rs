@@ -10,6 +10,7 @@ mod exec;
 pub mod jit;
 #[cfg(feature = "llvm")]
 mod matmul;
+mod rows;
 // Without LLVM only the conversions for `run_raw` are used.
 #[cfg_attr(not(feature = "llvm"), allow(dead_code))]
 mod memory;
@@ -80,7 +81,7 @@ pub enum CpuError {
 pub struct RunOptions {
     /// Fill every fresh allocation with 0xFF bytes (NaN, -1) so an unwritten element shows.
     pub poison: bool,
-    /// Threads for kernels and matmuls (0: all cores).
+    /// Threads for kernels and matmuls (0: as many as rayon's pool has: `RAYON_NUM_THREADS`, else the cores).
     pub threads: usize,
 }
 

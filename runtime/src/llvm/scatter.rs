@@ -108,7 +108,11 @@ pub fn emit_scatter<'c>(
     // The loop variables: the point's row-major decomposition over the ranges.
     let mut rest = point;
     for j in (0..loops.vars.len()).rev() {
-        let var = p.env.pool().as_symbol(loops.vars[j]).expect("loop vars are symbols");
+        let var = p
+            .env
+            .pool()
+            .as_symbol(loops.vars[j])
+            .expect("loop vars are symbols");
         if j == 0 {
             e.locals.insert(var, rest);
         } else {
@@ -158,17 +162,13 @@ pub fn emit_scatter<'c>(
     }
     let out = e.pointer(id).map_err(llvm)?;
     e.store(out, at, buf.dtype, value).map_err(llvm)?;
-    let next = b
-        .build_int_add(point, e.const_i64(1), "")
-        .map_err(llvm)?;
+    let next = b.build_int_add(point, e.const_i64(1), "").map_err(llvm)?;
     let latch = b.get_insert_block().expect("positioned");
     b.build_unconditional_branch(head).map_err(llvm)?;
     phi.add_incoming(&[(&next, latch)]);
     b.position_at_end(exit);
     b.build_return(None).map_err(llvm)?;
-    entry
-        .build_unconditional_branch(start_bb)
-        .map_err(llvm)?;
+    entry.build_unconditional_branch(start_bb).map_err(llvm)?;
     let table = e.slots.take().unwrap_or_default();
     Ok(Some((function, table)))
 }
