@@ -237,6 +237,13 @@ def from_fx(gm: torch.fx.GraphModule, name: str) -> tuple[dict, list, list, list
     return graph, plan, constants, returns
 
 
+def _described(a: torch.Tensor) -> tuple:
+    """A tensor as the native call takes it: data pointer, bytes readable from it, dtype name,
+    shape and strides (elements)."""
+    return (a.data_ptr(), a.untyped_storage().nbytes() - a.storage_offset() * a.element_size(),
+            _DTYPES[a.dtype], a.shape, a.stride())
+
+
 class CompiledFunction:
     """A compiled graph, called by AOT autograd with its flat arguments."""
 
@@ -257,19 +264,25 @@ class CompiledFunction:
 
         with unset_fake_temporarily():
             self.constants = [c.detach().to(device) for c in constants or []]
+        # Per call, only what the plan needs: the arguments that are tensors, those that bind
+        # symbols, and the constants' descriptions (fixed: made once).
+        self._tensor_args = [i for i, p in enumerate(plan) if p[0] == "tensor"]
+        self._symbol_args = [(i, p[1]) for i, p in enumerate(plan) if p[0] == "symbol"]
+        self._constant_inputs = [_described(c) for c in self.constants]
+        self._first_constant = len(self._tensor_args)
+        self._plain = all(r[0] == "tensor" for r in self.returns)
 
     def __call__(self, *args):
-        tensors, symbols, given = [], {}, []
-        for a, p in zip(list(args) + self.constants, self.plan + [("tensor",)] * len(self.constants)):
-            if p[0] == "tensor":
-                if a.device.type != self.device or (self.device == "cuda" and a.device.index not in (None, 0)):
-                    raise GuardlessError(f"{self.name}: a tensor on {a.device}; this graph was compiled for {self.device}")
-                span = a.untyped_storage().nbytes() - a.storage_offset() * a.element_size()
-                tensors.append((a.data_ptr(), span, _DTYPES[a.dtype], list(a.shape), list(a.stride())))
-                given.append(a)
-            elif p[0] == "symbol":
-                symbols[p[1]] = int(a)
-        if self.device == "cuda":
+        given = [args[i] for i in self._tensor_args]
+        cpu = self.device == "cpu"
+        tensors = []
+        for a in given:
+            if not (a.is_cpu if cpu else a.is_cuda and a.get_device() == 0):
+                raise GuardlessError(f"{self.name}: a tensor on {a.device}; this graph was compiled for {self.device}")
+            tensors.append(_described(a))
+        tensors += self._constant_inputs
+        symbols = {name: int(args[i]) for i, name in self._symbol_args}
+        if not cpu:
             return self._returned(self._call_cuda(tensors, symbols))
         storages, outs, copied, written_back = self.compiled.run(tensors, symbols)
         _stats.calls += 1
@@ -282,10 +295,11 @@ class CompiledFunction:
             if kind == "owned":
                 results.append(torch.as_strided(bases[k].view(dt), shape, strides, offset))
             else:
-                src = given[k]
-                if k >= len(given) - len(self.constants):
+                if k >= self._first_constant:
                     # A view of a constant: the caller may write to it; the graph keeps its own.
-                    src = src.clone()
+                    src = self.constants[k - self._first_constant].clone()
+                else:
+                    src = given[k]
                 if src.dtype != dt:
                     src = src.view(dt)
                 results.append(torch.as_strided(src, shape, strides, src.storage_offset() + offset))
@@ -293,7 +307,7 @@ class CompiledFunction:
 
     def _returned(self, results: list) -> list:
         """The FX graph's outputs from the graph's: sizes as ints, constants as they were."""
-        if all(r[0] == "tensor" for r in self.returns):
+        if self._plain:
             return results
         return [results[r[1]] if r[0] == "tensor" else int(results[r[1]]) if r[0] == "int" else r[1]
                 for r in self.returns]
