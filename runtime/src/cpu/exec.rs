@@ -298,6 +298,9 @@ impl Session<'_> {
                 // Computed in the input's storage: nothing to write back.
                 continue;
             }
+            if self.copy_back(out, id)? {
+                continue;
+            }
             // Read whole first: the output may share storage with the input.
             let (shape, data) = self.st.elements(out)?;
             let value = HostTensor {
@@ -323,6 +326,67 @@ impl Session<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Output `out` copied into input `id`'s storage element by element in their own bytes (one
+    /// `memcpy` when both are dense), when they are of one dtype in distinct blocks and the
+    /// input's storage is the caller's memory or the session's own. False: the caller takes the
+    /// general path (through host values).
+    fn copy_back(&mut self, out: BufferId, id: BufferId) -> Result<bool, RunError> {
+        let p = self.st.p;
+        let (ob, ib) = (&p.buffers[out.index()], &p.buffers[id.index()]);
+        let (oh, ih) = (self.st.home[out.index()], self.st.home[id.index()]);
+        let raw_copy = !self.st.blocks[ih].is_borrowed() && !self.raw.is_empty();
+        if ob.dtype != ib.dtype || raw_copy {
+            return Ok(false);
+        }
+        let from = self.st.layout(ob, &ob.layout)?;
+        let to = self.st.layout(ib, &ib.layout)?;
+        if from.sizes != to.sizes {
+            return Ok(false);
+        }
+        let size = ob.dtype.size();
+        let (Ok(from_n), Ok(to_n)) = (from.extent(), to.extent()) else {
+            return Ok(false); // negative strides: the general path
+        };
+        if from_n * size > self.st.blocks[oh].bytes() || to_n * size > self.st.blocks[ih].bytes() {
+            return Err(fail(
+                ib,
+                "a written-back output exceeds the input's storage".into(),
+            ));
+        }
+        let sizes = &from.sizes;
+        let numel: i64 = sizes.iter().map(|&n| n.max(0)).product();
+        let dense = |v: &LayoutValues| {
+            (0..sizes.len())
+                .all(|d| sizes[d] <= 1 || v.strides[d] == sizes[d + 1..].iter().product::<i64>())
+        };
+        let src = self.st.blocks[oh].ptr() as *const u8;
+        let block = &mut self.st.blocks[ih];
+        // Safety: an input the graph mutates is the caller's to have written (documented on
+        // `CpuProgram::run_raw`); both layouts lie inside their blocks (checked above), which are
+        // distinct.
+        let dst = match unsafe { block.borrowed_mut() } {
+            Some(b) => b.as_mut_ptr(),
+            None => block.as_bytes_mut().as_mut_ptr(),
+        };
+        unsafe {
+            if dense(&from) && dense(&to) {
+                std::ptr::copy_nonoverlapping(
+                    src.add(from.offset as usize * size),
+                    dst.add(to.offset as usize * size),
+                    numel as usize * size,
+                );
+            } else {
+                for k in 0..numel {
+                    let a = element_at(k, sizes, from.offset, &from.strides) as usize;
+                    let b = element_at(k, sizes, to.offset, &to.strides) as usize;
+                    std::ptr::copy_nonoverlapping(src.add(a * size), dst.add(b * size), size);
+                }
+            }
+        }
+        self.written_back_bytes += numel as usize * size;
+        Ok(true)
     }
 
     /// The graph's outputs of the last execution.

@@ -262,11 +262,11 @@ unsafe fn product<T: Float>(
 
 /// f32 `out (+)= a @ b` through `super::rows` (`a`'s rows and `b`'s columns contiguous), its
 /// columns split across `threads`. The pointers are the views' first elements.
-fn few_rows(
+fn few_rows<W: super::rows::Weight + Send + Sync>(
     a: Mat,
     b: Mat,
     out: Mat,
-    (pa, pb, po): (*const f32, *const f32, *mut f32),
+    (pa, pb, po): (*const f32, *const W, *mut f32),
     accumulate: bool,
     threads: usize,
 ) {
@@ -294,7 +294,7 @@ fn few_rows(
                 (m, w, k),
                 pa as *const f32,
                 a.rs,
-                (pb as *const f32).offset(j0 as isize * b.cs),
+                (pb as *const W).offset(j0 as isize * b.cs),
                 b.cs,
                 (po as *mut f32).offset(j0 as isize * out.cs),
                 (out.rs, out.cs),
@@ -363,6 +363,34 @@ unsafe fn half_gemm(
         cs: 1,
         offset: 0,
     };
+    if dtype == DType::BF16 && b.1.rs == 1 && m <= super::rows::MAX_ROWS {
+        // A bf16 weight with contiguous columns read as it is, widened in registers.
+        let mut wo = vec![0f32; m * n];
+        if let Some((p, row)) = bias {
+            widen(dtype, p, row.offset, row.stride, &mut wo[..n]);
+            for i in 1..m {
+                wo.copy_within(..n, i * n);
+            }
+        }
+        let o_view = Mat {
+            rows: m,
+            cols: n,
+            rs: n as isize,
+            cs: 1,
+            offset: 0,
+        };
+        let pb = (b.0 as *const super::rows::Bf16).offset(b.1.offset);
+        few_rows(
+            a_view,
+            b.1,
+            o_view,
+            (wa.as_ptr(), pb, wo.as_mut_ptr()),
+            bias.is_some(),
+            threads,
+        );
+        round_into(dtype, out_dtype, &wo, (m, n), 0, out);
+        return;
+    }
     let width = (TILE_BYTES / (4 * k.max(1))).clamp(16, n.max(16)).min(n);
     let column_major = b.1.rs.abs() < b.1.cs.abs();
     let mut wb = vec![0f32; k * width];
@@ -417,19 +445,32 @@ unsafe fn half_gemm(
             bias.is_some(),
             threads,
         );
-        for i in 0..m {
-            for j in 0..w {
-                let x = wo[i * w + j];
-                let at = out.1.offset + i as isize * out.1.rs + (j0 + j) as isize * out.1.cs;
-                if out_dtype == DType::F32 {
-                    *(out.0 as *mut f32).offset(at) = x;
+        round_into(dtype, out_dtype, &wo, (m, w), j0, out);
+    }
+}
+
+/// Columns `j0..j0 + w` of `out` from the f32 rows `wo` (m×w, row-major): as they are into an
+/// f32 output, else rounded once to `dtype`.
+unsafe fn round_into(
+    dtype: DType,
+    out_dtype: DType,
+    wo: &[f32],
+    (m, w): (usize, usize),
+    j0: usize,
+    out: (*mut u8, Mat),
+) {
+    for i in 0..m {
+        for j in 0..w {
+            let x = wo[i * w + j];
+            let at = out.1.offset + i as isize * out.1.rs + (j0 + j) as isize * out.1.cs;
+            if out_dtype == DType::F32 {
+                *(out.0 as *mut f32).offset(at) = x;
+            } else {
+                *(out.0 as *mut u16).offset(at) = if dtype == DType::F16 {
+                    half::f16::from_f32(x).to_bits()
                 } else {
-                    *(out.0 as *mut u16).offset(at) = if dtype == DType::F16 {
-                        half::f16::from_f32(x).to_bits()
-                    } else {
-                        half::bf16::from_f32(x).to_bits()
-                    };
-                }
+                    half::bf16::from_f32(x).to_bits()
+                };
             }
         }
     }
