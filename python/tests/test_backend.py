@@ -196,6 +196,27 @@ class BackendTest(unittest.TestCase):
         s = guardless.stats()
         self.assertEqual((s.copied_input_bytes, s.written_back_bytes), (0, 0))
 
+    def test_a_cache_read_before_its_update_sees_the_old_values(self):
+        # The cache is read (old values) and updated in the same graph: computing the update in
+        # the cache's storage would change what the read sees if the read ran later; the result
+        # must equal eager's whatever order the schedule picks.
+        def f(cache, x, pos):
+            before = cache * 2
+            cache.index_copy_(0, pos, x)
+            return before.sum(0), cache.sum(0)
+
+        cf, _ = compiled(f, dynamic=True)
+        with torch.no_grad():
+            for n in (2, 3, 5):
+                cache, x = torch.randn(16, 4), torch.randn(n, 4)
+                ref = cache.clone()
+                pos = torch.arange(n) * 3
+                got, want = cf(cache, x, pos), f(ref, x, pos)
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w)
+                torch.testing.assert_close(cache, ref)
+        self.assertEqual(guardless.fallbacks(), [])
+
     def test_graphs_that_return_sizes_compile(self):
         # Sizes and SymInt arithmetic (sym_max, sums of sizes) returned beside tensors, as Gemma 3's
         # graphs do: computed by the graph, returned as ints, never a fallback.
