@@ -10,6 +10,7 @@ mod exec;
 pub mod jit;
 #[cfg(feature = "llvm")]
 mod matmul;
+#[cfg(feature = "llvm")]
 mod rows;
 // Without LLVM only the conversions for `run_raw` are used.
 #[cfg_attr(not(feature = "llvm"), allow(dead_code))]
