@@ -1,10 +1,10 @@
 //! `compile_depth`: compiling a model of identical layers — the Llama decoder layer example
 //! stacked 2, 8, 32 and 80 times (`ir/tests/differential/layers.rs`) — at every depth: parse +
 //! lower + schedule + CUDA generation, NVRTC cold (every translation unit, no cache) and warm
-//! (from the disk cache), and the CPU backend's LLVM JIT. Kernels of identical layers are one
-//! function each, so NVRTC's and LLVM's work should not grow with depth (issue 27: within 1.3×
-//! from 2 to 32 layers; 32 layers cold ≤ 3 s, warm ≤ 0.2 s, CPU JIT ≤ 2 s). `cargo test --benches`
-//! runs each once at 2 and 32 layers.
+//! (from the disk cache), and the CPU backend's LLVM JIT (in process, and cold and warm through
+//! its disk cache). Kernels of identical layers are one function each, so NVRTC's and LLVM's work
+//! should not grow with depth (issue 27: within 1.3× from 2 to 32 layers; 32 layers cold ≤ 3 s,
+//! warm ≤ 0.2 s, CPU JIT ≤ 2 s). `cargo test --benches` runs each once at 2 and 32 layers.
 
 #[path = "../ir/tests/differential/layers.rs"]
 mod layers;
@@ -63,17 +63,44 @@ fn compile_depth(c: &mut Criterion) {
         #[cfg(feature = "llvm")]
         {
             // The CPU backend: lower, schedule and the LLVM JIT (one native function per
-            // distinct kernel).
+            // distinct kernel) — in process without a cache, cold into an empty disk cache
+            // (optimized, linked into a shared object and stored), and warm (loaded from it).
+            use guardless::runtime::cpu::CpuProgram;
             let program = lower(&Graph::from_json(&text).unwrap()).unwrap();
-            let cpu = guardless::runtime::cpu::CpuProgram::compile(program.clone()).unwrap();
+            let cpu = CpuProgram::compile_with(program.clone(), &Cache::disabled()).unwrap();
             println!(
                 "compile_depth: {layers} layers: {} CPU kernels, {} native functions",
                 cpu.schedule.kernels.len(),
                 cpu.functions()
             );
             group.bench_function(format!("cpu_jit_{layers}_layers"), |b| {
-                b.iter(|| guardless::runtime::cpu::CpuProgram::compile(program.clone()).unwrap())
+                b.iter(|| CpuProgram::compile_with(program.clone(), &Cache::disabled()).unwrap())
             });
+            let dir = |what: &str| {
+                std::env::temp_dir().join(format!(
+                    "guardless-depth-cpu-{what}-{}-{layers}",
+                    std::process::id()
+                ))
+            };
+            group.bench_function(format!("cpu_cold_{layers}_layers"), |b| {
+                b.iter(|| {
+                    let cache = Cache::new(dir("cold"));
+                    let cpu = CpuProgram::compile_with(program.clone(), &cache).unwrap();
+                    std::fs::remove_dir_all(dir("cold")).ok();
+                    assert_eq!(cpu.cache_use(), "stored");
+                    cpu
+                })
+            });
+            let cache = Cache::new(dir("warm"));
+            CpuProgram::compile_with(program.clone(), &cache).unwrap();
+            group.bench_function(format!("cpu_warm_{layers}_layers"), |b| {
+                b.iter(|| {
+                    let cpu = CpuProgram::compile_with(program.clone(), &cache).unwrap();
+                    assert_eq!(cpu.cache_use(), "hit");
+                    cpu
+                })
+            });
+            std::fs::remove_dir_all(dir("warm")).ok();
         }
         if toolchain.is_err() {
             continue;

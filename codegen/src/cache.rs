@@ -56,28 +56,23 @@ pub fn key(source: &str, options: &[String], nvrtc_version: (i32, i32), arch: &s
     hex(&h.finalize())
 }
 
-/// An entry: the magic, a SHA-256 of what follows, the key, then the CUBIN, PTX and log (each
-/// length-prefixed).
-fn encode(key: &str, c: &Compiled) -> Vec<u8> {
+/// An entry: `magic`, a SHA-256 of what follows, then the key and each part, length-prefixed.
+fn encode_parts(magic: &[u8; 8], key: &str, parts: &[&[u8]]) -> Vec<u8> {
     let mut payload = Vec::new();
-    for part in [
-        key.as_bytes(),
-        &c.cubin[..],
-        c.ptx.as_bytes(),
-        c.log.as_bytes(),
-    ] {
+    for part in std::iter::once(key.as_bytes()).chain(parts.iter().copied()) {
         payload.extend((part.len() as u64).to_le_bytes());
         payload.extend(part);
     }
-    let mut out = MAGIC.to_vec();
+    let mut out = magic.to_vec();
     out.extend(Sha256::digest(&payload));
     out.extend(payload);
     out
 }
 
-/// The entry in `bytes` if it is intact and is the entry of `key`.
-fn decode(key: &str, bytes: &[u8]) -> Option<Compiled> {
-    let rest = bytes.strip_prefix(MAGIC)?;
+/// The `count` parts of the entry in `bytes` if it is intact, of kind `magic` and the entry of
+/// `key`.
+fn decode_parts(magic: &[u8; 8], key: &str, bytes: &[u8], count: usize) -> Option<Vec<Vec<u8>>> {
+    let rest = bytes.strip_prefix(magic)?;
     if rest.len() < 32 {
         return None;
     }
@@ -87,7 +82,7 @@ fn decode(key: &str, bytes: &[u8]) -> Option<Compiled> {
     }
     let mut parts = Vec::new();
     let mut at = payload;
-    for _ in 0..4 {
+    for _ in 0..=count {
         let (len, tail) = at.split_at_checked(8)?;
         let len = u64::from_le_bytes(len.try_into().ok()?) as usize;
         let (part, tail) = tail.split_at_checked(len)?;
@@ -97,6 +92,22 @@ fn decode(key: &str, bytes: &[u8]) -> Option<Compiled> {
     if !at.is_empty() || parts[0] != key.as_bytes() {
         return None;
     }
+    parts.remove(0);
+    Some(parts)
+}
+
+/// An NVRTC entry: the CUBIN, PTX and log.
+fn encode(key: &str, c: &Compiled) -> Vec<u8> {
+    encode_parts(
+        MAGIC,
+        key,
+        &[&c.cubin[..], c.ptx.as_bytes(), c.log.as_bytes()],
+    )
+}
+
+/// The NVRTC entry in `bytes` if it is intact and is the entry of `key`.
+fn decode(key: &str, bytes: &[u8]) -> Option<Compiled> {
+    let mut parts = decode_parts(MAGIC, key, bytes, 3)?;
     let log = String::from_utf8(parts.pop()?).ok()?;
     let ptx = String::from_utf8(parts.pop()?).ok()?;
     let cubin = parts.pop()?;
@@ -136,6 +147,11 @@ impl Cache {
         }
     }
 
+    /// No disk cache: every compile runs the compiler, nothing is written.
+    pub fn disabled() -> Cache {
+        Cache { dir: None }
+    }
+
     /// The cache where [`default_dir`] says (none when it says none).
     pub fn from_env() -> Cache {
         Cache { dir: default_dir() }
@@ -145,31 +161,61 @@ impl Cache {
         self.dir.as_deref()
     }
 
-    fn path(&self, key: &str) -> Option<PathBuf> {
-        Some(self.dir.as_ref()?.join(format!("{key}.nvrtc")))
+    fn path(&self, key: &str, extension: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(format!("{key}.{extension}")))
     }
 
     /// The entry for `key`, if present, intact and its own.
     pub fn get(&self, key: &str) -> Option<Compiled> {
-        decode(key, &read_entry(&self.path(key)?)?)
+        decode(key, &read_entry(&self.path(key, "nvrtc")?)?)
     }
 
     /// Stores an entry atomically (temporary file, then rename). No cache: nothing is written.
     pub fn put(&self, key: &str, c: &Compiled) -> std::io::Result<()> {
-        let (Some(dir), Some(path)) = (&self.dir, self.path(key)) else {
+        self.write(key, "nvrtc", &encode(key, c))
+    }
+
+    /// Another backend's entry (`extension` names its kind; `magic`, eight bytes, marks its
+    /// format): its `count` parts, if present, intact and the entry of `key`.
+    pub fn get_parts(
+        &self,
+        key: &str,
+        extension: &str,
+        magic: &[u8; 8],
+        count: usize,
+    ) -> Option<Vec<Vec<u8>>> {
+        decode_parts(magic, key, &read_entry(&self.path(key, extension)?)?, count)
+    }
+
+    /// Stores another backend's entry, atomically, as [`Cache::put`] does.
+    pub fn put_parts(
+        &self,
+        key: &str,
+        extension: &str,
+        magic: &[u8; 8],
+        parts: &[&[u8]],
+    ) -> std::io::Result<()> {
+        self.write(key, extension, &encode_parts(magic, key, parts))
+    }
+
+    /// A file of this process's own in the cache's directory (created if need be) for a
+    /// temporary `extension` file: unique per process, thread and call.
+    pub fn scratch_path(&self, stem: &str, extension: &str) -> std::io::Result<Option<PathBuf>> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(dir)?;
+        Ok(Some(dir.join(unique_name(stem, extension))))
+    }
+
+    fn write(&self, key: &str, extension: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let (Some(dir), Some(path)) = (&self.dir, self.path(key, extension)) else {
             return Ok(());
         };
         std::fs::create_dir_all(dir)?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let tmp = dir.join(format!(
-            ".{key}.{}.{:?}.{nanos}.tmp",
-            std::process::id(),
-            std::thread::current().id()
-        ));
+        let tmp = dir.join(unique_name(key, "tmp"));
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&encode(key, c))?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     }
@@ -208,6 +254,22 @@ impl Cache {
         let _ = self.put(&k, &c);
         Ok((c, false))
     }
+}
+
+/// `.{stem}.{pid}.{thread}.{count}.{extension}`: a hidden name no other process, thread or call
+/// uses.
+fn unique_name(stem: &str, extension: &str) -> String {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        ".{stem}.{}.{:?}.{nanos}.{call}.{extension}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "")
 }
 
 /// The bytes of the entry at `path`: a regular file (not followed through a symbolic link) of at

@@ -45,6 +45,9 @@ class Stats:
     # storage, as a KV-cache update is: only the new rows are written).
     written_back_bytes: int = 0
     compile_seconds: float = 0.0
+    # Graphs whose native code (CPU) was loaded from the disk cache an earlier process filled:
+    # LLVM did not run for them.
+    cache_hits: int = 0
 
 
 _fallbacks: list[Fallback] = []
@@ -284,17 +287,20 @@ class CompiledFunction:
         symbols = {name: int(args[i]) for i, name in self._symbol_args}
         if not cpu:
             return self._returned(self._call_cuda(tensors, symbols))
-        storages, outs, copied, written_back = self.compiled.run(tensors, symbols)
+        outs, copied, written_back = self.compiled.run(tensors, symbols)
         _stats.calls += 1
         _stats.copied_input_bytes += copied
         _stats.written_back_bytes += written_back
-        bases = [torch.from_numpy(s) for s in storages]
         results = []
-        for kind, k, dtype, shape, strides, offset in outs[:self.user_outputs]:
-            dt = _TORCH_DTYPES[dtype]
-            if kind == "owned":
-                results.append(torch.as_strided(bases[k].view(dt), shape, strides, offset))
+        for o in outs[:self.user_outputs]:
+            if type(o) is not tuple:
+                # A NumPy array of the output's dtype and layout viewing storage the call wrote.
+                results.append(torch.from_numpy(o))
+            elif o[0] == "bf16":
+                results.append(torch.from_numpy(o[1]).view(torch.bfloat16))
             else:
+                _, k, dtype, shape, strides, offset = o
+                dt = _TORCH_DTYPES[dtype]
                 if k >= self._first_constant:
                     # A view of a constant: the caller may write to it; the graph keeps its own.
                     src = self.constants[k - self._first_constant].clone()
@@ -375,6 +381,8 @@ def make_backend(fallback: bool = True):
                     pieces[key] = compiled
                     _stats.graphs += 1
                     _stats.compile_seconds += compiled.compile_seconds
+                    if device == "cpu" and compiled.cache_use == "hit":
+                        _stats.cache_hits += 1
                 else:
                     _stats.reused += 1
             except (ExportError, GuardlessError) as e:

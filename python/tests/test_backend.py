@@ -6,6 +6,7 @@ import sys
 import unittest
 import warnings
 
+import numpy
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -42,10 +43,10 @@ class NativeTest(unittest.TestCase):
         def run(x, y):
             args = [(t.data_ptr(), t.numel() * t.element_size(), "f32", list(t.shape), list(t.stride()))
                     for t in (x, y)]
-            storages, outs, _, _ = c.run(args)
-            (kind, k, dtype, shape, strides, offset), = outs
-            self.assertEqual((kind, dtype), ("owned", "f32"))
-            return torch.as_strided(torch.from_numpy(storages[k]).view(torch.float32), shape, strides, offset)
+            outs, _, _ = c.run(args)
+            (out,) = outs
+            self.assertEqual(out.dtype, numpy.float32)
+            return torch.from_numpy(out)
 
         for n, m, recompiles in [(6, 1, 0), (3, 3, 1), (5, 5, 1), (2, 1, 1)]:
             x, y = torch.randn(n, 4), torch.randn(m, 4)
@@ -370,6 +371,46 @@ class CudaBackendTest(unittest.TestCase):
                 torch.testing.assert_close(out, rms(x, w), atol=2e-2, rtol=2e-2)
         self.assertEqual(guardless.fallbacks(), [])
         self.assertEqual([c.device for c in b.compiled], ["cuda"])
+
+    def test_a_second_process_loads_the_native_code_from_the_disk_cache(self):
+        # The same graph in two fresh processes sharing a cache directory: the first compiles
+        # and stores its native code, the second loads it (LLVM does not run) and computes the
+        # same bits; with the cache turned off (an empty GUARDLESS_CACHE_DIR) nothing is stored.
+        import json
+        import subprocess
+        import tempfile
+
+        script = (
+            "import json, sys, torch\n"
+            f"sys.path.insert(0, {os.path.join(os.path.dirname(__file__), '..')!r})\n"
+            "import guardless\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()\n"
+            "f = torch.compile(m, backend=guardless.backend, dynamic=True)\n"
+            "with torch.no_grad():\n"
+            "    y = f(torch.linspace(-2, 2, 40).reshape(5, 8))\n"
+            "s = guardless.stats()\n"
+            "print(json.dumps({'graphs': s.graphs, 'hits': s.cache_hits, 'out': y.flatten().tolist()}))\n"
+        )
+        with tempfile.TemporaryDirectory() as d:
+            def run(cache_dir):
+                env = {**os.environ, "GUARDLESS_CACHE_DIR": cache_dir}
+                r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                   timeout=600)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                return json.loads(r.stdout.strip().splitlines()[-1])
+
+            cold = run(d)
+            self.assertEqual((cold["graphs"], cold["hits"]), (1, 0))
+            entries = [n for n in os.listdir(d) if n.endswith(".cpuso")]
+            self.assertEqual(len(entries), 1, os.listdir(d))
+            warm = run(d)
+            self.assertEqual((warm["graphs"], warm["hits"]), (1, 1))
+            self.assertEqual(warm["out"], cold["out"])
+            self.assertEqual(sorted(os.listdir(d)), sorted(entries))
+            off = run("")
+            self.assertEqual((off["graphs"], off["hits"]), (1, 0))
+            self.assertEqual(off["out"], cold["out"])
 
     def test_a_cuda_tensor_into_a_cpu_compile_is_an_error(self):
         f, b = compiled(lambda x: x * 2)

@@ -41,6 +41,7 @@ struct CompiledGraph {
     graph: Graph,
     cpu: std::sync::Mutex<Specializations<CpuProgram>>,
     backend: &'static str,
+    cache_use: String,
     kernels: usize,
     compile_seconds: f64,
 }
@@ -62,6 +63,7 @@ fn compile(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGraph> {
         let cpu = CpuProgram::compile(program).map_err(|e| e.to_string())?;
         Ok(CompiledGraph {
             backend: cpu.backend(),
+            cache_use: cpu.cache_use(),
             kernels: cpu.schedule.kernels.len(),
             cpu: std::sync::Mutex::new(Specializations::new(graph.clone(), cpu)),
             graph,
@@ -75,13 +77,12 @@ fn compile(py: Python<'_>, graph_json: &str) -> PyResult<CompiledGraph> {
 /// strides (elements).
 type PyRawInput = (usize, usize, String, Vec<usize>, Vec<i64>);
 
-/// One output as Python receives it: `("owned", storage)` or `("input", k)`, then dtype, shape,
-/// strides and offset (elements).
-type PyOutput = (&'static str, usize, String, Vec<usize>, Vec<i64>, i64);
-
-/// Output storages, outputs, input bytes copied, output bytes written back into the inputs they
-/// mutate (0 when computed in place).
-type RunResult<'py> = (Vec<Bound<'py, PyArray1<u8>>>, Vec<PyOutput>, usize, usize);
+/// Each output as Python receives it: an output in storage of its own is a NumPy array of its
+/// dtype, shape and strides viewing that storage (which the array keeps alive; bf16, which NumPy
+/// lacks, as `("bf16", uint16 array)`); an output that is a view of input `k` is
+/// `("input", k, dtype, shape, strides, offset)` (elements). Then the input bytes copied and the
+/// output bytes written back into inputs they mutate (0 when computed in place).
+type RunResult<'py> = (Vec<Bound<'py, PyAny>>, usize, usize);
 
 /// The pointers in the inputs are only read, and the caller keeps them alive during the call.
 struct CallInputs(Vec<RawTensor>);
@@ -99,6 +100,14 @@ impl CompiledGraph {
     #[getter]
     fn kernels(&self) -> usize {
         self.kernels
+    }
+
+    /// Where the first specialization's native code came from: `hit` (the disk cache: LLVM did
+    /// not run), `stored` (compiled and stored there), `off: why` (compiled, not cached), or
+    /// `interpreter`.
+    #[getter]
+    fn cache_use(&self) -> &str {
+        &self.cache_use
     }
 
     /// Calls that broke every compiled specialization's guards and compiled another.
@@ -123,9 +132,10 @@ impl CompiledGraph {
     }
 
     /// Runs the graph. `inputs` as [`PyRawInput`]; `symbols` gives values of symbols no input
-    /// dimension determines. Returns the output storages (uint8 arrays), one [`PyOutput`] per
-    /// output, the input bytes that had to be copied (inputs whose layout is not the graph's), and
-    /// the bytes of outputs written back whole into inputs they mutate (0 when computed in place).
+    /// dimension determines. Returns [`RunResult`]: the outputs (NumPy arrays viewing storage the
+    /// library wrote, or views of inputs), the input bytes that had to be copied (inputs whose
+    /// layout is not the graph's), and the bytes of outputs written back whole into inputs they
+    /// mutate (0 when computed in place).
     ///
     /// The caller must keep every input tensor alive and unmodified during the call.
     #[pyo3(signature = (inputs, symbols=None))]
@@ -168,35 +178,96 @@ impl CompiledGraph {
                     .map_err(|e| e.to_string())
             })
             .map_err(|e: String| error(format!("{}: {e}", self.graph.name)))?;
+        let storages: Vec<Bound<'py, PyArray1<u64>>> = native
+            .storages
+            .into_iter()
+            .map(|words| PyArray1::from_vec(py, words))
+            .collect();
         let outputs = native
             .outputs
             .iter()
-            .map(|o| {
-                let (kind, index) = match o.storage {
-                    OutputStorage::Owned(s) => ("owned", s),
-                    OutputStorage::Input(k) => ("input", k),
-                };
-                (
-                    kind,
-                    index,
+            .map(|o| match o.storage {
+                OutputStorage::Owned(k) => output_array(&storages[k], o)
+                    .map_err(|e| error(format!("{}: {e}", self.graph.name))),
+                OutputStorage::Input(k) => Ok((
+                    "input",
+                    k,
                     o.dtype.to_string(),
                     o.shape.clone(),
                     o.strides.clone(),
                     o.offset,
                 )
+                    .into_pyobject(py)?
+                    .into_any()),
             })
-            .collect();
-        let storages = native
-            .storages
-            .into_iter()
-            .map(|words| bytes_of(py, words))
             .collect::<PyResult<Vec<_>>>()?;
         Ok((
-            storages,
             outputs,
             native.copied_input_bytes,
             native.written_back_bytes,
         ))
+    }
+}
+
+/// Output `o` as a NumPy array of its dtype (bf16 as `("bf16", uint16 array)`), shape and
+/// strides viewing `storage` from its offset, which it keeps alive. Every element it reaches must
+/// lie inside the storage.
+fn output_array<'py>(
+    storage: &Bound<'py, PyArray1<u64>>,
+    o: &guardless_runtime::cpu::OutputView,
+) -> Result<Bound<'py, PyAny>, String> {
+    use numpy::ndarray::{ArrayViewD, IxDyn, ShapeBuilder};
+    let size = o.dtype.size();
+    let bytes = numpy::PyUntypedArrayMethods::len(storage) * 8;
+    // The last element's position (the first's is the offset); nothing reached when empty.
+    let mut last = o.offset;
+    let empty = o.shape.contains(&0);
+    for (&n, &st) in o.shape.iter().zip(&o.strides) {
+        if st < 0 {
+            return Err(format!("an output with a negative stride {st}"));
+        }
+        if n > 0 {
+            last = last.saturating_add((n as i64 - 1).saturating_mul(st));
+        }
+    }
+    if o.offset < 0 || (!empty && (last as u128 + 1) * size as u128 > bytes as u128) {
+        return Err(format!(
+            "an output of shape {:?}, strides {:?} and offset {} reaches past its storage of {bytes} bytes",
+            o.shape, o.strides, o.offset
+        ));
+    }
+    let base = storage.as_any().clone();
+    let strides: Vec<usize> = o.strides.iter().map(|&s| s as usize).collect();
+    let shape = IxDyn(&o.shape).strides(IxDyn(&strides));
+    let start = if empty { 0 } else { o.offset as usize * size };
+    let py = storage.py();
+    // Safety: every element of the view lies inside the storage (checked above), which `base`
+    // owns and the returned array keeps alive; the storage is never reallocated.
+    unsafe {
+        let at = (numpy::PyArrayMethods::data(storage) as *const u8).add(start);
+        macro_rules! view {
+            ($t:ty) => {
+                numpy::PyArray::borrow_from_array(
+                    &ArrayViewD::<$t>::from_shape_ptr(shape, at as *const $t),
+                    base,
+                )
+                .into_any()
+            };
+        }
+        Ok(match o.dtype {
+            DType::F64 => view!(f64),
+            DType::F32 => view!(f32),
+            DType::F16 => view!(half::f16),
+            DType::BF16 => ("bf16", view!(u16))
+                .into_pyobject(py)
+                .map_err(|e| e.to_string())?
+                .into_any(),
+            DType::I64 => view!(i64),
+            DType::I32 => view!(i32),
+            DType::I8 => view!(i8),
+            DType::U8 => view!(u8),
+            DType::Bool => view!(bool),
+        })
     }
 }
 
@@ -360,15 +431,6 @@ fn bindings_of(graph: &Graph, symbols: Option<&Bound<'_, PyDict>>) -> PyResult<B
         }
     }
     Ok(given)
-}
-
-/// The words as a uint8 array that owns them (no copy): NumPy frees the vector with the array.
-fn bytes_of(py: Python<'_>, words: Vec<u64>) -> PyResult<Bound<'_, PyArray1<u8>>> {
-    let array = PyArray1::from_vec(py, words);
-    array
-        .call_method1("view", ("uint8",))?
-        .cast_into::<PyArray1<u8>>()
-        .map_err(PyErr::from)
 }
 
 /// The `guardless` command line (`argv`: the program's name, then its arguments), as the binary

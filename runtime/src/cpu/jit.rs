@@ -14,8 +14,10 @@ use guardless_codegen::schedule::Schedule;
 use guardless_ir::loop_ir::{BufferId, Program};
 use rustc_hash::FxHashMap;
 
+use super::shared_object::{self, CacheUse};
 pub use crate::llvm::kernel::{shape_of, KernelShape};
 use crate::llvm::{llvm, LlvmError as JitError};
+use guardless_codegen::cache::Cache;
 
 /// `k(ptrs, syms, begin, end, err)`: rows `[begin, end)`; `ptrs[i]` is the storage of the
 /// kernel's buffer `buffers[k][i]`, `syms[s]` symbol `s`'s value; on a data-dependent failure
@@ -29,8 +31,11 @@ pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *
 /// with its own pointer table and error messages. The engine owns the machine code; it is
 /// dropped before the context it was built in.
 pub struct Jit {
-    engine: ManuallyDrop<ExecutionEngine<'static>>,
+    /// What holds the machine code: LLVM's JIT, or a shared object from the disk cache.
+    code: ManuallyDrop<Code>,
     context: ManuallyDrop<Box<Context>>,
+    /// Whether the code came from the disk cache, was stored in it, or neither (and why).
+    pub cache: CacheUse,
     pub kernels: Vec<KernelFn>,
     /// Distinct functions compiled (at most the kernels').
     pub functions: usize,
@@ -52,6 +57,11 @@ pub struct Native {
     pub errors: Vec<(String, String, String)>,
 }
 
+enum Code {
+    Engine(#[allow(dead_code)] ExecutionEngine<'static>),
+    Loaded(#[allow(dead_code)] shared_object::Loaded),
+}
+
 // The engine is only read after construction (function addresses); the kernels are plain code.
 unsafe impl Send for Jit {}
 unsafe impl Sync for Jit {}
@@ -59,7 +69,7 @@ unsafe impl Sync for Jit {}
 impl Drop for Jit {
     fn drop(&mut self) {
         unsafe {
-            ManuallyDrop::drop(&mut self.engine);
+            ManuallyDrop::drop(&mut self.code);
             ManuallyDrop::drop(&mut self.context);
         }
     }
@@ -144,7 +154,8 @@ extern "C" fn gl_ipow(x: i64, y: i64) -> i64 {
     }
 }
 
-fn host_machine() -> Result<TargetMachine, JitError> {
+/// The host's target machine; `shared`: position-independent code for a shared object.
+fn host_machine(shared: bool) -> Result<TargetMachine, JitError> {
     Target::initialize_native(&InitializationConfig::default()).map_err(JitError::Llvm)?;
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(llvm)?;
@@ -154,8 +165,16 @@ fn host_machine() -> Result<TargetMachine, JitError> {
             &TargetMachine::get_host_cpu_name().to_string(),
             &TargetMachine::get_host_cpu_features().to_string(),
             OptimizationLevel::Aggressive,
-            RelocMode::Default,
-            CodeModel::JITDefault,
+            if shared {
+                RelocMode::PIC
+            } else {
+                RelocMode::Default
+            },
+            if shared {
+                CodeModel::Default
+            } else {
+                CodeModel::JITDefault
+            },
         )
         .ok_or_else(|| JitError::Llvm("no target machine for the host".into()))
 }
@@ -163,45 +182,53 @@ fn host_machine() -> Result<TargetMachine, JitError> {
 /// The name each kernel's function has while its code is compared with the earlier ones'.
 const PROBE: &str = "gl_kernel_probe";
 
+/// The Rust functions the kernels' math helpers are, by name.
+fn helper_addresses() -> Vec<(&'static str, usize)> {
+    let mut mappings: Vec<(&'static str, usize)> = unary_helpers();
+    let binary: [(&'static str, extern "C" fn(f32, f32) -> f32); 3] = [
+        ("gl_powf", gl_powf),
+        ("gl_atan2f", gl_atan2f),
+        ("gl_hypotf", gl_hypotf),
+    ];
+    let wide: [(&'static str, extern "C" fn(f64, f64) -> f64); 3] = [
+        ("gl_pow", gl_pow),
+        ("gl_atan2", gl_atan2),
+        ("gl_hypot", gl_hypot),
+    ];
+    mappings.extend(binary.iter().map(|&(n, f)| (n, f as usize)));
+    mappings.extend(wide.iter().map(|&(n, f)| (n, f as usize)));
+    mappings.push((
+        "gl_ipow",
+        gl_ipow as extern "C" fn(i64, i64) -> i64 as usize,
+    ));
+    mappings
+}
+
+/// Why a program was not cached when the cache has no directory.
+const NO_CACHE_DIR: &str =
+    "no disk cache (GUARDLESS_CACHE_DIR is set and empty, or neither XDG_CACHE_HOME nor HOME is)";
+
 impl Jit {
-    /// Compiles every kernel of `s`. `p` is mutable only to build index expressions.
+    /// Compiles every kernel of `s` through the disk cache where [`Cache::from_env`] says. `p`
+    /// is mutable only to build index expressions.
     pub fn compile(p: &mut Program, s: &Schedule) -> Result<Jit, JitError> {
+        Self::compile_with(p, s, &Cache::from_env())
+    }
+
+    /// Compiles every kernel of `s`: from `cache` when an earlier process stored the same code
+    /// for this CPU; else optimized, linked into a shared object and stored there; without a
+    /// cache directory or a linker, by LLVM's in-process JIT.
+    pub fn compile_with(p: &mut Program, s: &Schedule, cache: &Cache) -> Result<Jit, JitError> {
         let context = Box::new(Context::create());
         // The context lives (boxed, so at a fixed address) as long as the engine built from it.
         let cx: &'static Context = unsafe { &*(context.as_ref() as *const Context) };
         let module = cx.create_module("guardless");
-        let machine = host_machine()?;
+        let machine = host_machine(cache.dir().is_some())?;
         module.set_triple(&machine.get_triple());
         module.set_data_layout(&machine.get_target_data().get_data_layout());
 
         let helpers = crate::llvm::declare_helpers(cx, &module);
-        let mut mappings: Vec<(&'static str, usize)> = unary_helpers();
-        mappings.push((
-            "gl_powf",
-            gl_powf as extern "C" fn(f32, f32) -> f32 as usize,
-        ));
-        mappings.push(("gl_pow", gl_pow as extern "C" fn(f64, f64) -> f64 as usize));
-        mappings.push((
-            "gl_atan2f",
-            gl_atan2f as extern "C" fn(f32, f32) -> f32 as usize,
-        ));
-        mappings.push((
-            "gl_atan2",
-            gl_atan2 as extern "C" fn(f64, f64) -> f64 as usize,
-        ));
-        mappings.push((
-            "gl_hypotf",
-            gl_hypotf as extern "C" fn(f32, f32) -> f32 as usize,
-        ));
-        mappings.push((
-            "gl_hypot",
-            gl_hypot as extern "C" fn(f64, f64) -> f64 as usize,
-        ));
-        mappings.push((
-            "gl_ipow",
-            gl_ipow as extern "C" fn(i64, i64) -> i64 as usize,
-        ));
-
+        let mappings = helper_addresses();
         let cpu = TargetMachine::get_host_cpu_name().to_string();
         let features = TargetMachine::get_host_cpu_features().to_string();
         let mut errors = Vec::new();
@@ -210,9 +237,9 @@ impl Jit {
         let mut buffers = Vec::new();
         // Functions by their IR (the name left out): a kernel whose code is an earlier kernel's
         // is deleted before optimization and calls the earlier function with its own table.
+        // Functions are named by their order (no graph text in the code or the cache key).
         let mut by_code: FxHashMap<String, String> = FxHashMap::default();
-        for (ki, k) in s.kernels.iter().enumerate() {
-            let name = format!("k{ki}_{}", k.name);
+        for k in &s.kernels {
             let mut own_errors = Vec::new();
             let (f, slots, table) = crate::llvm::emit_kernel(
                 cx,
@@ -233,6 +260,7 @@ impl Jit {
                     names.push(first.clone());
                 }
                 None => {
+                    let name = format!("gl_kernel{}", by_code.len());
                     f.as_global_value().set_name(&name);
                     by_code.insert(code, name.clone());
                     names.push(name);
@@ -247,7 +275,7 @@ impl Jit {
             let guardless_codegen::schedule::Step::Library(id) = *step else {
                 continue;
             };
-            let name = format!("scatter{}", id.index());
+            let name = format!("gl_scatter{}", scatters.len());
             let mut own_errors = Vec::new();
             if let Some((_, table)) = crate::llvm::scatter::emit_scatter(
                 cx,
@@ -263,31 +291,67 @@ impl Jit {
             }
         }
         module.verify().map_err(llvm)?;
-        module
-            .run_passes("default<O3>", &machine, PassBuilderOptions::create())
-            .map_err(llvm)?;
-        // For inspecting what LLVM made of the kernels (vectorized loops, calls left).
-        if let Some(path) = std::env::var_os("GUARDLESS_LLVM_IR") {
-            module.print_to_file(path).map_err(llvm)?;
-        }
-        let engine = module
-            .create_jit_execution_engine(OptimizationLevel::Aggressive)
-            .map_err(llvm)?;
-        // Helpers the optimizer did not delete (unused declarations go).
-        for &(name, addr) in &mappings {
-            if let Some(live) = module.get_function(name) {
-                engine.add_global_mapping(&live, addr);
+        let mut functions: Vec<String> = by_code.values().cloned().collect();
+        functions.sort();
+        functions.extend(scatters.iter().map(|s| s.1.clone()));
+
+        let optimize = |module: &inkwell::module::Module| -> Result<(), JitError> {
+            module
+                .run_passes("default<O3>", &machine, PassBuilderOptions::create())
+                .map_err(llvm)?;
+            // For inspecting what LLVM made of the kernels (vectorized loops, calls left).
+            if let Some(path) = std::env::var_os("GUARDLESS_LLVM_IR") {
+                module.print_to_file(path).map_err(llvm)?;
             }
-        }
+            Ok(())
+        };
+        let (code, used) = if cache.dir().is_some() {
+            let key = shared_object::key(&module.print_to_string().to_string(), &machine);
+            // An entry that does not load (corrupt, or another machine's) is rebuilt.
+            let hit = shared_object::lookup(cache, &key)
+                .and_then(|so| shared_object::load(cache, &so, &mappings, &functions).ok());
+            match hit {
+                Some(loaded) => (Code::Loaded(loaded), CacheUse::Hit),
+                None => {
+                    optimize(&module)?;
+                    let helper_names: Vec<&str> = mappings.iter().map(|m| m.0).collect();
+                    let stored = shared_object::build(cx, &module, &machine, &helper_names, cache)
+                        .and_then(|so| {
+                            let loaded = shared_object::load(cache, &so, &mappings, &functions)?;
+                            // A cache that cannot be written only costs the next process.
+                            let _ = shared_object::store(cache, &key, &so);
+                            Ok(loaded)
+                        });
+                    match stored {
+                        Ok(loaded) => (Code::Loaded(loaded), CacheUse::Stored),
+                        Err(why) => (jit_engine(&module, &mappings)?, CacheUse::Off(why)),
+                    }
+                }
+            }
+        } else {
+            optimize(&module)?;
+            (
+                jit_engine(&module, &mappings)?,
+                CacheUse::Off(NO_CACHE_DIR.into()),
+            )
+        };
+        let address = |name: &str| -> Result<usize, JitError> {
+            match &code {
+                Code::Engine(engine) => engine.get_function_address(name).map_err(llvm),
+                Code::Loaded(loaded) => loaded
+                    .addresses
+                    .get(name)
+                    .copied()
+                    .ok_or_else(|| JitError::Llvm(format!("no function {name}"))),
+            }
+        };
         let mut kernels = Vec::with_capacity(names.len());
         for name in &names {
-            let addr = engine.get_function_address(name).map_err(llvm)?;
-            kernels.push(unsafe { std::mem::transmute::<usize, KernelFn>(addr) });
+            kernels.push(unsafe { std::mem::transmute::<usize, KernelFn>(address(name)?) });
         }
         let mut natives = FxHashMap::default();
         for (id, name, buffers, errors) in scatters {
-            let addr = engine.get_function_address(&name).map_err(llvm)?;
-            let function = unsafe { std::mem::transmute::<usize, KernelFn>(addr) };
+            let function = unsafe { std::mem::transmute::<usize, KernelFn>(address(&name)?) };
             natives.insert(
                 id,
                 Native {
@@ -298,8 +362,9 @@ impl Jit {
             );
         }
         Ok(Jit {
-            engine: ManuallyDrop::new(engine),
+            code: ManuallyDrop::new(code),
             context: ManuallyDrop::new(context),
+            cache: used,
             kernels,
             functions: by_code.len(),
             cache_slots,
@@ -308,4 +373,21 @@ impl Jit {
             scatters: natives,
         })
     }
+}
+
+/// LLVM's in-process JIT of the optimized `module`, the helpers mapped to their Rust functions.
+fn jit_engine(
+    module: &inkwell::module::Module<'static>,
+    mappings: &[(&'static str, usize)],
+) -> Result<Code, JitError> {
+    let engine = module
+        .create_jit_execution_engine(OptimizationLevel::Aggressive)
+        .map_err(llvm)?;
+    // Helpers the optimizer did not delete (unused declarations go).
+    for &(name, addr) in mappings {
+        if let Some(live) = module.get_function(name) {
+            engine.add_global_mapping(&live, addr);
+        }
+    }
+    Ok(Code::Engine(engine))
 }

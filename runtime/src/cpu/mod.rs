@@ -12,6 +12,8 @@ pub mod jit;
 mod matmul;
 #[cfg(feature = "llvm")]
 mod rows;
+#[cfg(feature = "llvm")]
+pub mod shared_object;
 // Without LLVM only the conversions for `run_raw` are used.
 #[cfg_attr(not(feature = "llvm"), allow(dead_code))]
 mod memory;
@@ -19,6 +21,7 @@ mod memory;
 #[cfg(feature = "llvm")]
 pub use exec::Session;
 
+use guardless_codegen::cache::Cache;
 use guardless_codegen::schedule::{schedule, Schedule};
 use guardless_ir::graph::DType;
 use guardless_ir::loop_ir::interp::RunError;
@@ -99,8 +102,16 @@ pub struct CpuProgram {
 }
 
 impl CpuProgram {
-    /// Schedules `program` and compiles its kernels.
-    pub fn compile(mut program: Program) -> Result<CpuProgram, CpuError> {
+    /// Schedules `program` and compiles its kernels, through the disk cache where
+    /// [`Cache::from_env`] says.
+    pub fn compile(program: Program) -> Result<CpuProgram, CpuError> {
+        Self::compile_with(program, &Cache::from_env())
+    }
+
+    /// Schedules `program` and compiles its kernels through `cache` (see
+    /// [`jit::Jit::compile_with`]; the interpreter, without the `llvm` feature, compiles
+    /// nothing).
+    pub fn compile_with(mut program: Program, cache: &Cache) -> Result<CpuProgram, CpuError> {
         let schedule = schedule(&mut program);
         // Write scatters run natively (`exec::scatter`), writing only their updates.
         #[cfg(feature = "llvm")]
@@ -125,7 +136,7 @@ impl CpuProgram {
                 &|id| writes[id.index()],
                 false,
             );
-            let jit = jit::Jit::compile(&mut program, &schedule)
+            let jit = jit::Jit::compile_with(&mut program, &schedule, cache)
                 .map_err(|e| CpuError::Compile(e.to_string()))?;
             Ok(CpuProgram {
                 program,
@@ -135,7 +146,23 @@ impl CpuProgram {
             })
         }
         #[cfg(not(feature = "llvm"))]
-        Ok(CpuProgram { program, schedule })
+        {
+            let _ = cache;
+            Ok(CpuProgram { program, schedule })
+        }
+    }
+
+    /// Whether the native code came from the disk cache (`hit`), was compiled and stored there
+    /// (`stored`), or was compiled without it (`off: why`); `interpreter` without native code.
+    pub fn cache_use(&self) -> String {
+        #[cfg(feature = "llvm")]
+        return match &self.jit.cache {
+            shared_object::CacheUse::Hit => "hit".into(),
+            shared_object::CacheUse::Stored => "stored".into(),
+            shared_object::CacheUse::Off(why) => format!("off: {why}"),
+        };
+        #[cfg(not(feature = "llvm"))]
+        "interpreter".into()
     }
 
     /// The native functions the kernels run (kernels of the same structure share one; 0 on the
