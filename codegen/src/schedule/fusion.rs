@@ -212,34 +212,160 @@ fn aligned(p: &mut Program, g: &Group, x: BufferId, fx: &Fit, vars: &[Expr]) -> 
     true
 }
 
-/// Units of the dependency graph: a fused group, or a buffer of its own.
+/// Units of the dependency graph: a fused group, or a buffer of its own (a unit is named by its
+/// first buffer). `order` is a topological order of the units — a unit is above every unit it
+/// depends on — kept as groups grow (Pearce and Kelly's dynamic topological sort), so a search
+/// for a path down to a unit stops at units below it: the cycle check no longer walks every
+/// earlier unit of a deep model.
 struct Units {
     unit_of: Vec<usize>,
     members: Vec<Vec<BufferId>>,
+    /// By unit: its position in the order (distinct; gaps where units merged).
+    order: Vec<usize>,
+    /// By buffer: the buffers that must come after it (`Deps::after`, reversed).
+    later: Vec<Vec<BufferId>>,
+    /// Whether every dependency of the program points to an earlier buffer (buffer order is
+    /// then the starting order); else no search is bounded.
+    ordered: bool,
+    /// By unit: units found to depend on it. Units only gain dependencies as groups grow, so
+    /// what was found stays true: the next layer's search stops at the previous layer.
+    reaching: FxHashMap<usize, rustc_hash::FxHashSet<usize>>,
 }
 
 impl Units {
-    /// Whether unit `from` depends (through any path) on unit `to`.
-    fn depends(&self, deps: &Deps, from: usize, to: usize, seen: &mut [u32], stamp: u32) -> bool {
-        let mut stack = vec![from];
-        while let Some(u) = stack.pop() {
-            if u == to {
-                return true;
+    fn new(deps: &Deps, n: usize) -> Units {
+        let mut later = vec![Vec::new(); n];
+        let mut ordered = true;
+        for (i, after) in deps.after.iter().enumerate() {
+            for r in after {
+                later[r.index()].push(BufferId(i as u32));
             }
-            if seen[u] == stamp {
+        }
+        for i in 0..n {
+            ordered &= deps.reads[i]
+                .iter()
+                .chain(&deps.after[i])
+                .all(|r| r.index() < i);
+        }
+        Units {
+            unit_of: (0..n).collect(),
+            members: (0..n).map(|i| vec![BufferId(i as u32)]).collect(),
+            order: (0..n).collect(),
+            later,
+            ordered,
+            reaching: FxHashMap::default(),
+        }
+    }
+
+    /// The units unit `u` depends on directly, and those directly depending on it.
+    fn below<'a>(&'a self, deps: &'a Deps, u: usize) -> impl Iterator<Item = usize> + 'a {
+        self.members[u].iter().flat_map(move |m| {
+            deps.reads[m.index()]
+                .iter()
+                .chain(&deps.after[m.index()])
+                .map(|r| self.unit_of[r.index()])
+        })
+    }
+
+    fn above<'a>(&'a self, deps: &'a Deps, u: usize) -> impl Iterator<Item = usize> + 'a {
+        self.members[u].iter().flat_map(move |m| {
+            deps.readers[m.index()]
+                .iter()
+                .chain(&self.later[m.index()])
+                .map(|r| self.unit_of[r.index()])
+        })
+    }
+
+    /// Whether unit `from` depends (through any path) on unit `to`. Units marked with `stamp`
+    /// in `seen` are known not to.
+    fn depends(
+        &mut self,
+        deps: &Deps,
+        from: usize,
+        to: usize,
+        seen: &mut [u32],
+        stamp: u32,
+    ) -> bool {
+        let floor = if self.ordered { self.order[to] } else { 0 };
+        let mut known = self.reaching.remove(&to).unwrap_or_default();
+        let mut stack = vec![from];
+        let mut found = false;
+        while let Some(u) = stack.pop() {
+            if u == to || known.contains(&u) {
+                known.insert(from);
+                found = true;
+                break;
+            }
+            // Below `to` in the order: nothing down from here reaches it.
+            if seen[u] == stamp || self.order[u] < floor {
                 continue;
             }
             seen[u] = stamp;
-            for &m in &self.members[u] {
-                for r in deps.reads[m.index()].iter().chain(&deps.after[m.index()]) {
-                    let v = self.unit_of[r.index()];
-                    if v != u {
-                        stack.push(v);
-                    }
-                }
+            stack.extend(self.below(deps, u).filter(|&v| v != u));
+        }
+        self.reaching.insert(to, known);
+        found
+    }
+
+    /// Buffer `x` (a unit of its own) joins unit `g`; the order is repaired for `x`'s
+    /// dependencies that were above `g` (none of them depends on `g`: checked before).
+    fn merge(&mut self, deps: &Deps, x: usize, g: usize, seen: &mut [u32], stamp: &mut u32) {
+        self.unit_of[x] = g;
+        self.members[g].push(BufferId(x as u32));
+        self.members[x].clear();
+        if !self.ordered {
+            return;
+        }
+        let dependencies: Vec<usize> = deps.reads[x]
+            .iter()
+            .chain(&deps.after[x])
+            .map(|r| self.unit_of[r.index()])
+            .filter(|&u| u != g)
+            .collect();
+        for u in dependencies {
+            if self.order[u] > self.order[g] {
+                self.reorder(deps, u, g, seen, stamp);
             }
         }
-        false
+    }
+
+    /// Makes room for the new dependency of `g` on `u` (`u` above `g`): `g` and the units above
+    /// it that are below `u` move above `u` and the units it depends on that are above `g`.
+    fn reorder(&mut self, deps: &Deps, u: usize, g: usize, seen: &mut [u32], stamp: &mut u32) {
+        let (low, high) = (self.order[g], self.order[u]);
+        *stamp += 1;
+        let mut rising = Vec::new();
+        let mut stack = vec![g];
+        while let Some(w) = stack.pop() {
+            if seen[w] == *stamp || self.order[w] >= high {
+                continue;
+            }
+            seen[w] = *stamp;
+            rising.push(w);
+            stack.extend(self.above(deps, w).filter(|&v| v != w));
+        }
+        *stamp += 1;
+        let mut sinking = Vec::new();
+        let mut stack = vec![u];
+        while let Some(w) = stack.pop() {
+            if seen[w] == *stamp || self.order[w] <= low {
+                continue;
+            }
+            seen[w] = *stamp;
+            sinking.push(w);
+            stack.extend(self.below(deps, w).filter(|&v| v != w));
+        }
+        sinking.sort_by_key(|&w| self.order[w]);
+        rising.sort_by_key(|&w| self.order[w]);
+        let mut positions: Vec<usize> = sinking
+            .iter()
+            .chain(&rising)
+            .map(|&w| self.order[w])
+            .collect();
+        positions.sort_unstable();
+        for (w, at) in sinking.into_iter().chain(rising).zip(positions) {
+            self.order[w] = at;
+        }
     }
 }
 
@@ -255,10 +381,7 @@ fn bytes(p: &mut Program, b: BufferId) -> i64 {
 /// Groups the computed buffers of `p` into kernels.
 pub fn fuse(p: &mut Program, deps: &Deps) -> Vec<Group> {
     let n = p.buffers.len();
-    let mut units = Units {
-        unit_of: (0..n).collect(),
-        members: (0..n).map(|i| vec![BufferId(i as u32)]).collect(),
-    };
+    let mut units = Units::new(deps, n);
     let mut group_of_unit: FxHashMap<usize, usize> = FxHashMap::default();
     let mut groups: Vec<Group> = Vec::new();
     let mut seen = vec![0u32; n];
@@ -301,12 +424,12 @@ pub fn fuse(p: &mut Program, deps: &Deps) -> Vec<Group> {
             }
             // No path from the group to x through another unit (it would make a cycle).
             let gu = units.unit_of[groups[g].members[0].index()];
+            // One search for all of x's dependencies: a unit seen not to reach the group from
+            // one of them does not from another.
+            stamp += 1;
             let cyclic = deps.reads[i].iter().chain(&deps.after[i]).any(|r| {
                 let u = units.unit_of[r.index()];
-                u != gu && {
-                    stamp += 1;
-                    units.depends(deps, u, gu, &mut seen, stamp)
-                }
+                u != gu && units.depends(deps, u, gu, &mut seen, stamp)
             });
             if cyclic {
                 continue;
@@ -314,9 +437,7 @@ pub fn fuse(p: &mut Program, deps: &Deps) -> Vec<Group> {
             trial.members.push(x);
             trial.fits.push(f);
             groups[g] = trial;
-            units.unit_of[i] = gu;
-            units.members[gu].push(x);
-            units.members[i].clear();
+            units.merge(deps, i, gu, &mut seen, &mut stamp);
             joined = Some(g);
             break;
         }
@@ -406,5 +527,107 @@ pub fn kernel_of(p: &mut Program, deps: &Deps, g: &Group, index: usize) -> Kerne
         variants: Vec::new(),
         reasons: Vec::new(),
         vars: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether unit `from` depends on unit `to`, by a search without bounds or memory.
+    fn reaches(units: &Units, deps: &Deps, from: usize, to: usize) -> bool {
+        let mut seen = vec![false; units.members.len()];
+        let mut stack = vec![from];
+        while let Some(u) = stack.pop() {
+            if u == to {
+                return true;
+            }
+            if !std::mem::replace(&mut seen[u], true) {
+                stack.extend(units.below(deps, u).filter(|&v| v != u));
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn the_cycle_check_and_the_kept_order_agree_with_a_plain_search() {
+        // Random programs (each buffer reads up to three earlier ones), each buffer offered to a
+        // random earlier unit as fusion does: the bounded, remembering check must answer as a
+        // plain search, and after every merge each unit must stay above what it depends on.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % m as u64) as usize
+        };
+        let (mut merges, mut reorders, mut cycles) = (0, 0, 0);
+        for _ in 0..80 {
+            let n = 80;
+            let mut reads = vec![Vec::new(); n];
+            for (i, r) in reads.iter_mut().enumerate().skip(1) {
+                for _ in 0..1 + next(3) {
+                    let b = BufferId(next(i) as u32);
+                    if !r.contains(&b) {
+                        r.push(b);
+                    }
+                }
+            }
+            let mut readers = vec![Vec::new(); n];
+            for (i, rs) in reads.iter().enumerate() {
+                for r in rs {
+                    readers[r.index()].push(BufferId(i as u32));
+                }
+            }
+            let deps = Deps {
+                reads,
+                readers,
+                after: vec![Vec::new(); n],
+                is_output: vec![false; n],
+            };
+            let mut units = Units::new(&deps, n);
+            assert!(units.ordered);
+            let (mut seen, mut stamp) = (vec![0u32; n], 0u32);
+            for x in 1..n {
+                // Half the buffers stay units of their own, so that groups stay many and small.
+                for _ in 0..next(2) {
+                    let gu = units.unit_of[next(x)];
+                    stamp += 1;
+                    let mut cyclic = false;
+                    let mut want = false;
+                    for r in deps.reads[x].clone() {
+                        let u = units.unit_of[r.index()];
+                        if u != gu {
+                            want |= reaches(&units, &deps, u, gu);
+                            cyclic |= units.depends(&deps, u, gu, &mut seen, stamp);
+                        }
+                    }
+                    assert_eq!(cyclic, want, "buffer {x} into unit {gu}");
+                    cycles += usize::from(cyclic);
+                    if !cyclic {
+                        reorders += usize::from(
+                            deps.reads[x]
+                                .iter()
+                                .any(|r| units.order[units.unit_of[r.index()]] > units.order[gu]),
+                        );
+                        units.merge(&deps, x, gu, &mut seen, &mut stamp);
+                        merges += 1;
+                        for u in 0..n {
+                            for v in units.below(&deps, u) {
+                                assert!(
+                                    v == u || units.order[u] > units.order[v],
+                                    "unit {u} depends on {v} but is not above it"
+                                );
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        assert!(
+            merges > 1000 && reorders > 100 && cycles > 100,
+            "{merges} merges, {reorders} reorders, {cycles} cycles refused"
+        );
     }
 }
