@@ -183,20 +183,29 @@ pub struct Loaded {
     pub addresses: rustc_hash::FxHashMap<String, usize>,
 }
 
-/// Loads `shared_object` (through a file of its own in the cache's directory, removed once
-/// loaded), points each helper stand-in's global at `helpers`' address, and finds `functions`.
-/// `None` when any step fails (a corrupt or foreign object is not used).
+/// Loads `shared_object` (through a file of its own in the cache's directory — or, where that
+/// cannot be written, the temporary directory — removed once loaded), points each helper
+/// stand-in's global at `helpers`' address, and finds `functions`. An error when any step fails
+/// (a corrupt or foreign object is not used).
 pub fn load(
     cache: &Cache,
     shared_object: &[u8],
     helpers: &[(&str, usize)],
     functions: &[String],
 ) -> Result<Loaded, String> {
-    let path = cache
-        .scratch_path("load", "so")
-        .map_err(|e| e.to_string())?
-        .ok_or("no cache directory")?;
-    std::fs::write(&path, shared_object).map_err(|e| e.to_string())?;
+    let write = |path: &Path| std::fs::write(path, shared_object).map(|()| path.to_path_buf());
+    let path = match cache.scratch_path("load", "so") {
+        Ok(Some(p)) => write(&p),
+        _ => Err(std::io::ErrorKind::NotFound.into()),
+    }
+    .or_else(|_| {
+        write(
+            &Cache::new(std::env::temp_dir())
+                .scratch_path("load", "so")?
+                .expect("a directory"),
+        )
+    })
+    .map_err(|e| format!("writing the shared object to load it: {e}"))?;
     // RTLD_NOW: an undefined symbol is an error here, not a crash at the first call.
     let library = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) };
     let _ = std::fs::remove_file(&path);
