@@ -198,24 +198,11 @@ pub(super) unsafe fn session<'p>(
         .map_err(|e| RunError::Assert(e.to_string()))?;
     let n = p.buffers.len();
     let slots = s.memory.slots.len();
-    let mut slot_of = vec![None; n];
-    for a in &s.memory.allocations {
-        slot_of[a.buffer.index()] = a.slot;
-    }
-    let home = (0..n)
-        .map(|i| {
-            let root = p.storage_root(BufferId(i as u32)).index();
-            match slot_of[root] {
-                Some(s) => s,
-                None => slots + root,
-            }
-        })
-        .collect();
     let mut st = State {
         p,
         b: bindings.clone(),
         blocks: (0..slots + n).map(|_| Block::default()).collect(),
-        home,
+        home: cp.homes.clone(),
         syms: vec![0; p.env.pool().symbol_count()],
         syms_stale: true,
         poison: options.poison,
@@ -235,8 +222,8 @@ pub(super) unsafe fn session<'p>(
         let Some(input) = input else { continue };
         let h = st.home[input.index()];
         if st.blocks[h].is_borrowed() {
-            for j in 0..n {
-                if p.storage_root(BufferId(j as u32)).index() == id {
+            for (j, &root) in cp.roots.iter().enumerate() {
+                if root == id {
                     st.home[j] = h;
                 }
             }

@@ -97,6 +97,13 @@ pub struct CpuProgram {
     /// place (a KV-cache `index_put` written back into its cache writes only the new rows).
     #[cfg(feature = "llvm")]
     in_place: Vec<Option<guardless_ir::loop_ir::BufferId>>,
+    /// By buffer: its storage root (the buffer its views end at), and the block its storage
+    /// lives in before a call moves anything (the memory plan's slot, else a block of its own):
+    /// fixed by the schedule, so computed once rather than per call.
+    #[cfg(feature = "llvm")]
+    roots: Vec<usize>,
+    #[cfg(feature = "llvm")]
+    homes: Vec<usize>,
     #[cfg(feature = "llvm")]
     jit: jit::Jit,
 }
@@ -138,10 +145,29 @@ impl CpuProgram {
             );
             let jit = jit::Jit::compile_with(&mut program, &schedule, cache)
                 .map_err(|e| CpuError::Compile(e.to_string()))?;
+            let n = program.buffers.len();
+            let roots: Vec<usize> = (0..n)
+                .map(|i| {
+                    program
+                        .storage_root(guardless_ir::loop_ir::BufferId(i as u32))
+                        .index()
+                })
+                .collect();
+            let slots = schedule.memory.slots.len();
+            let mut slot_of = vec![None; n];
+            for a in &schedule.memory.allocations {
+                slot_of[a.buffer.index()] = a.slot;
+            }
+            let homes = roots
+                .iter()
+                .map(|&root| slot_of[root].unwrap_or(slots + root))
+                .collect();
             Ok(CpuProgram {
                 program,
                 schedule,
                 in_place,
+                roots,
+                homes,
                 jit,
             })
         }
