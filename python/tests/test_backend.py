@@ -332,46 +332,6 @@ class BackendTest(unittest.TestCase):
         with self.assertRaisesRegex(Exception, "inference only"):
             f(torch.randn(2, 4))
 
-
-def _gpu_reason():
-    if NATIVE:
-        return NATIVE
-    if not torch.cuda.is_available():
-        return "no CUDA device for torch"
-    if not _native.cuda_available():
-        return "no CUDA driver for guardless"
-    return None
-
-
-class CudaBackendTest(unittest.TestCase):
-    """On a GPU machine: CUDA tensors run on the GPU runtime, on torch's current stream."""
-
-    def setUp(self):
-        reason = _gpu_reason()
-        if reason:
-            # On the GPU machine (ci/gpu-check) a skip is a failure.
-            if os.environ.get("GUARDLESS_REQUIRE_GPU"):
-                self.fail(f"GUARDLESS_REQUIRE_GPU is set, but {reason}")
-            self.skipTest(f"skipped: {reason}")
-
-    def test_unbacked_tokens_run_on_the_gpu_at_every_size(self):
-        def rms(x, w):
-            x32 = x.float()
-            return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
-
-        f, b = compiled(rms)
-        w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
-        with torch.no_grad():
-            for n in (1, 7, 300, 4097):
-                x = torch.randn(n, 256, device="cuda", dtype=torch.bfloat16)
-                if n == 1:
-                    torch._dynamo.decorators.mark_unbacked(x, 0)
-                out = f(x, w)
-                self.assertEqual(out.device.type, "cuda")
-                torch.testing.assert_close(out, rms(x, w), atol=2e-2, rtol=2e-2)
-        self.assertEqual(guardless.fallbacks(), [])
-        self.assertEqual([c.device for c in b.compiled], ["cuda"])
-
     def test_a_second_process_loads_the_native_code_from_the_disk_cache(self):
         # The same graph in two fresh processes sharing a cache directory: the first compiles
         # and stores its native code, the second loads it (LLVM does not run) and computes the
@@ -411,6 +371,46 @@ class CudaBackendTest(unittest.TestCase):
             off = run("")
             self.assertEqual((off["graphs"], off["hits"]), (1, 0))
             self.assertEqual(off["out"], cold["out"])
+
+
+def _gpu_reason():
+    if NATIVE:
+        return NATIVE
+    if not torch.cuda.is_available():
+        return "no CUDA device for torch"
+    if not _native.cuda_available():
+        return "no CUDA driver for guardless"
+    return None
+
+
+class CudaBackendTest(unittest.TestCase):
+    """On a GPU machine: CUDA tensors run on the GPU runtime, on torch's current stream."""
+
+    def setUp(self):
+        reason = _gpu_reason()
+        if reason:
+            # On the GPU machine (ci/gpu-check) a skip is a failure.
+            if os.environ.get("GUARDLESS_REQUIRE_GPU"):
+                self.fail(f"GUARDLESS_REQUIRE_GPU is set, but {reason}")
+            self.skipTest(f"skipped: {reason}")
+
+    def test_unbacked_tokens_run_on_the_gpu_at_every_size(self):
+        def rms(x, w):
+            x32 = x.float()
+            return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+        f, b = compiled(rms)
+        w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            for n in (1, 7, 300, 4097):
+                x = torch.randn(n, 256, device="cuda", dtype=torch.bfloat16)
+                if n == 1:
+                    torch._dynamo.decorators.mark_unbacked(x, 0)
+                out = f(x, w)
+                self.assertEqual(out.device.type, "cuda")
+                torch.testing.assert_close(out, rms(x, w), atol=2e-2, rtol=2e-2)
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual([c.device for c in b.compiled], ["cuda"])
 
     def test_a_cuda_tensor_into_a_cpu_compile_is_an_error(self):
         f, b = compiled(lambda x: x * 2)
