@@ -257,23 +257,23 @@ impl Units {
         }
     }
 
-    /// The units unit `u` depends on directly, and those directly depending on it.
-    fn below<'a>(&'a self, deps: &'a Deps, u: usize) -> impl Iterator<Item = usize> + 'a {
+    /// The units unit `u` depends on directly (`up`: those directly depending on it).
+    fn next<'a>(&'a self, deps: &'a Deps, u: usize, up: bool) -> impl Iterator<Item = usize> + 'a {
         self.members[u].iter().flat_map(move |m| {
-            deps.reads[m.index()]
+            let (direct, ordered) = if up {
+                (&deps.readers, &self.later)
+            } else {
+                (&deps.reads, &deps.after)
+            };
+            direct[m.index()]
                 .iter()
-                .chain(&deps.after[m.index()])
+                .chain(&ordered[m.index()])
                 .map(|r| self.unit_of[r.index()])
         })
     }
 
-    fn above<'a>(&'a self, deps: &'a Deps, u: usize) -> impl Iterator<Item = usize> + 'a {
-        self.members[u].iter().flat_map(move |m| {
-            deps.readers[m.index()]
-                .iter()
-                .chain(&self.later[m.index()])
-                .map(|r| self.unit_of[r.index()])
-        })
+    fn below<'a>(&'a self, deps: &'a Deps, u: usize) -> impl Iterator<Item = usize> + 'a {
+        self.next(deps, u, false)
     }
 
     /// Whether unit `from` depends (through any path) on unit `to`. Units marked with `stamp`
@@ -333,28 +333,8 @@ impl Units {
     /// it that are below `u` move above `u` and the units it depends on that are above `g`.
     fn reorder(&mut self, deps: &Deps, u: usize, g: usize, seen: &mut [u32], stamp: &mut u32) {
         let (low, high) = (self.order[g], self.order[u]);
-        *stamp += 1;
-        let mut rising = Vec::new();
-        let mut stack = vec![g];
-        while let Some(w) = stack.pop() {
-            if seen[w] == *stamp || self.order[w] >= high {
-                continue;
-            }
-            seen[w] = *stamp;
-            rising.push(w);
-            stack.extend(self.above(deps, w).filter(|&v| v != w));
-        }
-        *stamp += 1;
-        let mut sinking = Vec::new();
-        let mut stack = vec![u];
-        while let Some(w) = stack.pop() {
-            if seen[w] == *stamp || self.order[w] <= low {
-                continue;
-            }
-            seen[w] = *stamp;
-            sinking.push(w);
-            stack.extend(self.below(deps, w).filter(|&v| v != w));
-        }
+        let mut rising = self.region(deps, g, true, |at| at < high, seen, stamp);
+        let mut sinking = self.region(deps, u, false, |at| at > low, seen, stamp);
         sinking.sort_by_key(|&w| self.order[w]);
         rising.sort_by_key(|&w| self.order[w]);
         let mut positions: Vec<usize> = sinking
@@ -366,6 +346,31 @@ impl Units {
         for (w, at) in sinking.into_iter().chain(rising).zip(positions) {
             self.order[w] = at;
         }
+    }
+
+    /// The units reached from `start` (itself included) going up (dependents) or down
+    /// (dependencies) through units whose position in the order satisfies `within`.
+    fn region(
+        &self,
+        deps: &Deps,
+        start: usize,
+        up: bool,
+        within: impl Fn(usize) -> bool,
+        seen: &mut [u32],
+        stamp: &mut u32,
+    ) -> Vec<usize> {
+        *stamp += 1;
+        let mut found = Vec::new();
+        let mut stack = vec![start];
+        while let Some(w) = stack.pop() {
+            if seen[w] == *stamp || !within(self.order[w]) {
+                continue;
+            }
+            seen[w] = *stamp;
+            found.push(w);
+            stack.extend(self.next(deps, w, up).filter(|&v| v != w));
+        }
+        found
     }
 }
 

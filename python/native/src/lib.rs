@@ -219,23 +219,19 @@ fn output_array<'py>(
     use numpy::ndarray::{ArrayViewD, IxDyn, ShapeBuilder};
     let size = o.dtype.size();
     let bytes = numpy::PyUntypedArrayMethods::len(storage) * 8;
-    // The last element's position (the first's is the offset); nothing reached when empty.
-    let mut last = o.offset;
-    let empty = o.shape.contains(&0);
-    for (&n, &st) in o.shape.iter().zip(&o.strides) {
-        if st < 0 {
-            return Err(format!("an output with a negative stride {st}"));
-        }
-        if n > 0 {
-            last = last.saturating_add((n as i64 - 1).saturating_mul(st));
-        }
-    }
-    if o.offset < 0 || (!empty && (last as u128 + 1) * size as u128 > bytes as u128) {
+    let layout = guardless_ir::loop_ir::LayoutValues {
+        sizes: o.shape.iter().map(|&n| n as i64).collect(),
+        offset: o.offset,
+        strides: o.strides.clone(),
+    };
+    let extent = layout.extent()?;
+    if extent as u128 * size as u128 > bytes as u128 {
         return Err(format!(
             "an output of shape {:?}, strides {:?} and offset {} reaches past its storage of {bytes} bytes",
             o.shape, o.strides, o.offset
         ));
     }
+    let empty = extent == 0;
     let base = storage.as_any().clone();
     let strides: Vec<usize> = o.strides.iter().map(|&s| s as usize).collect();
     let shape = IxDyn(&o.shape).strides(IxDyn(&strides));

@@ -5,6 +5,7 @@ use std::mem::ManuallyDrop;
 
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
+use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::values::AnyValue;
@@ -295,46 +296,7 @@ impl Jit {
         functions.sort();
         functions.extend(scatters.iter().map(|s| s.1.clone()));
 
-        let optimize = |module: &inkwell::module::Module| -> Result<(), JitError> {
-            module
-                .run_passes("default<O3>", &machine, PassBuilderOptions::create())
-                .map_err(llvm)?;
-            // For inspecting what LLVM made of the kernels (vectorized loops, calls left).
-            if let Some(path) = std::env::var_os("GUARDLESS_LLVM_IR") {
-                module.print_to_file(path).map_err(llvm)?;
-            }
-            Ok(())
-        };
-        let (code, used) = if cache.dir().is_some() {
-            let key = shared_object::key(&module.print_to_string().to_string(), &machine);
-            // An entry that does not load (corrupt, or another machine's) is rebuilt.
-            let hit = shared_object::lookup(cache, &key)
-                .and_then(|so| shared_object::load(cache, &so, &mappings, &functions).ok());
-            match hit {
-                Some(loaded) => (Code::Loaded(loaded), CacheUse::Hit),
-                None => {
-                    optimize(&module)?;
-                    let helper_names: Vec<&str> = mappings.iter().map(|m| m.0).collect();
-                    let stored = shared_object::build(cx, &module, &machine, &helper_names, cache)
-                        .and_then(|so| {
-                            let loaded = shared_object::load(cache, &so, &mappings, &functions)?;
-                            // A cache that cannot be written only costs the next process.
-                            let _ = shared_object::store(cache, &key, &so);
-                            Ok(loaded)
-                        });
-                    match stored {
-                        Ok(loaded) => (Code::Loaded(loaded), CacheUse::Stored),
-                        Err(why) => (jit_engine(&module, &mappings)?, CacheUse::Off(why)),
-                    }
-                }
-            }
-        } else {
-            optimize(&module)?;
-            (
-                jit_engine(&module, &mappings)?,
-                CacheUse::Off(NO_CACHE_DIR.into()),
-            )
-        };
+        let (code, used) = native_code(cx, &module, &machine, cache, &mappings, &functions)?;
         let address = |name: &str| -> Result<usize, JitError> {
             match &code {
                 Code::Engine(engine) => engine.get_function_address(name).map_err(llvm),
@@ -375,9 +337,60 @@ impl Jit {
     }
 }
 
+/// Runs LLVM's optimizer over `module`; writes it to `GUARDLESS_LLVM_IR` when that is set.
+fn optimize(module: &Module<'static>, machine: &TargetMachine) -> Result<(), JitError> {
+    module
+        .run_passes("default<O3>", machine, PassBuilderOptions::create())
+        .map_err(llvm)?;
+    // For inspecting what LLVM made of the kernels (vectorized loops, calls left).
+    if let Some(path) = std::env::var_os("GUARDLESS_LLVM_IR") {
+        module.print_to_file(path).map_err(llvm)?;
+    }
+    Ok(())
+}
+
+/// The machine code of the verified, unoptimized `module` (whose `functions` the caller will
+/// look up): loaded from `cache`, or optimized, linked, stored there and loaded, or — without a
+/// cache directory or when linking or loading fails — optimized and JIT-compiled; with how.
+fn native_code(
+    cx: &'static Context,
+    module: &Module<'static>,
+    machine: &TargetMachine,
+    cache: &Cache,
+    mappings: &[(&'static str, usize)],
+    functions: &[String],
+) -> Result<(Code, CacheUse), JitError> {
+    if cache.dir().is_none() {
+        optimize(module, machine)?;
+        return Ok((
+            jit_engine(module, mappings)?,
+            CacheUse::Off(NO_CACHE_DIR.into()),
+        ));
+    }
+    let key = shared_object::key(&module.print_to_string().to_string(), machine);
+    // An entry that does not load (corrupt, or another machine's) is rebuilt.
+    let hit = shared_object::lookup(cache, &key)
+        .and_then(|so| shared_object::load(cache, &so, mappings, functions).ok());
+    if let Some(loaded) = hit {
+        return Ok((Code::Loaded(loaded), CacheUse::Hit));
+    }
+    optimize(module, machine)?;
+    let helper_names: Vec<&str> = mappings.iter().map(|m| m.0).collect();
+    let stored = shared_object::build(cx, module, machine, &helper_names, cache).and_then(|so| {
+        let loaded = shared_object::load(cache, &so, mappings, functions)?;
+        // A cache that cannot be written only costs the next process.
+        let _ = shared_object::store(cache, &key, &so);
+        Ok(loaded)
+    });
+    Ok(match stored {
+        Ok(loaded) => (Code::Loaded(loaded), CacheUse::Stored),
+        Err(why) => (jit_engine(module, mappings)?, CacheUse::Off(why)),
+    })
+}
+
 /// LLVM's in-process JIT of the optimized `module`, the helpers mapped to their Rust functions.
 fn jit_engine(
-    module: &inkwell::module::Module<'static>,
+    module: &Module<'static>,
     mappings: &[(&'static str, usize)],
 ) -> Result<Code, JitError> {
     let engine = module
