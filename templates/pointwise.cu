@@ -1,6 +1,6 @@
 // {{ name }}: {{ nodes }}
 // pointwise over {{ numel_text }} elements; {{ threads }} threads × {{ ept }} elements, vector {{ vector }}, {{ index }} indices
-extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+extern "C" __global__ void __launch_bounds__({{ bounds }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const {{ idx }} gl_numel = {{ numel }};
   // A block covers {{ threads }} × {{ ept }} elements; a thread's chunks are {{ threads }} × {{ vector }} apart.

@@ -6,7 +6,7 @@
 // {{ strategy }} reduction: {{ rows_text }} rows × {{ len_text }}; {{ threads }} threads, {{ tpr }} per row, {{ lanes }} lanes ({{ lpt }} per thread), vector {{ vector }}, {{ index }} indices
 // Reduction order: lane l accumulates elements l, l + {{ lanes }}, …; lanes combine in a balanced tree.
 {%- endif %}
-extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+extern "C" __global__ void __launch_bounds__({{ bounds }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const {{ idx }} gl_rows = {{ rows }};
   const {{ idx }} gl_len = {{ len }};

@@ -557,3 +557,60 @@ fn user_names_reach_generated_code_only_as_comments_and_identifiers() {
         }
     }
 }
+
+/// The GPU tests' convolution and pooling graphs build for sm_90 with nothing spilled: the f32
+/// pooling graph's fused 3×3 max and average pooling (nine window predicates live at once) spills
+/// at ptxas's own register target for 128 threads and has no smaller configuration, so the
+/// fallback's last step compiles it for one block per multiprocessor.
+#[test]
+fn a_kernel_with_no_smaller_configuration_builds_with_more_registers() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    if toolchain().is_none() {
+        return;
+    }
+    let graphs = ["f32", "bf16"].into_iter().flat_map(|dtype| {
+        [
+            differential::pooling_graph(dtype),
+            differential::conv_graph(dtype, differential::cases::CONV_CASES),
+        ]
+    });
+    let mut relaxed = 0;
+    for g in graphs {
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90")
+            .unwrap_or_else(|e| panic!("{}: {e}", g.name));
+        for (c, _) in &built.units {
+            for k in &c.kernels {
+                assert_eq!(k.spill_bytes, 0, "{}: {} spills", g.name, k.name);
+            }
+        }
+        for f in &built.fallbacks {
+            let k = &s.kernels[f.kernel];
+            if k.variants[f.variant].config.registers_relaxed {
+                relaxed += 1;
+                assert!(
+                    built.module.source.contains(&format!(
+                        "__launch_bounds__({}, 1) {}_v{}(",
+                        k.variants[f.variant].config.threads, k.name, f.variant
+                    )),
+                    "{}: {}_v{} is not compiled for one block",
+                    g.name,
+                    k.name,
+                    f.variant
+                );
+                assert!(
+                    k.reasons
+                        .iter()
+                        .any(|r| r.contains("one block per multiprocessor")),
+                    "{}: {:?}",
+                    g.name,
+                    k.reasons
+                );
+            }
+        }
+    }
+    // Today's main fails the f32 pooling graph here (`spills 16 bytes … in every configuration`).
+    assert!(relaxed > 0, "no variant needed the last step");
+}

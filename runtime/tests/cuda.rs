@@ -77,7 +77,12 @@ fn every_example_matches_the_reference_at_every_size() {
         .filter(|f| f.ends_with(".json"))
         .collect();
     files.sort();
-    assert!(files.len() >= 18, "examples: {files:?}");
+    // All of them, unless GUARDLESS_EXAMPLES names a folder of chosen ones.
+    let chosen = std::env::var_os("GUARDLESS_EXAMPLES").is_some();
+    assert!(
+        files.len() >= 18 || (chosen && !files.is_empty()),
+        "examples: {files:?}"
+    );
     for file in files {
         let g = example(&file);
         let mut gpu = CudaProgram::compile(lower(&g).unwrap()).unwrap();
@@ -94,6 +99,23 @@ fn every_example_matches_the_reference_at_every_size() {
             b.set(n_id, n);
             if g.env.check_bindings(&b).is_err() {
                 continue; // backed graphs start at 1
+            }
+            // The host holds inputs as f64 and draws them one by one: the sampler's 65536 rows of
+            // 50257 logits would take 26 GB and minutes there. Sizes past 4096 rows up to 2^28
+            // input elements run (the decoder layer's 65536 × 256 …), larger ones are reported.
+            let elements: i64 = g
+                .inputs
+                .iter()
+                .map(|i| {
+                    i.shape
+                        .iter()
+                        .map(|&d| g.env.evaluate(d, &b).unwrap())
+                        .product::<i64>()
+                })
+                .sum();
+            if elements > 1 << 28 {
+                println!("{file}: n = {n} not run: {elements} input elements (over 2^28)");
+                continue;
             }
             let inputs = random_inputs(&g, &b, seed as u64, (0, 4));
             let b = reference::bind_inputs(&g, &inputs, &b).unwrap();

@@ -504,6 +504,12 @@ fn render_variant(
     ctx.insert("idx", idx);
     ctx.insert("index", if idx == "int" { "int32" } else { "int64" });
     ctx.insert("threads", &c.threads);
+    let bounds = if c.registers_relaxed {
+        format!("{}, 1", c.threads)
+    } else {
+        c.threads.to_string()
+    };
+    ctx.insert("bounds", &bounds);
     ctx.insert("vector", &c.vector);
     let text = if reduction {
         let strategy = match c.strategy {

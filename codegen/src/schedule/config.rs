@@ -84,6 +84,11 @@ pub struct KernelConfig {
     /// Persistent reductions: registers per thread that may hold the row's cached inputs (what
     /// does not fit is read again from memory); 0 otherwise.
     pub row_cache: i64,
+    /// The function is compiled for one resident block per multiprocessor
+    /// (`__launch_bounds__(threads, 1)`) rather than for ptxas's own occupancy target, which for
+    /// a block of 128 threads aims at 32 registers and spills a kernel that needs 35 (a pooling
+    /// window's nine predicates); the spill fallback's last step.
+    pub registers_relaxed: bool,
 }
 
 /// The registers per thread a persistent variant of `threads` threads may spend on the row:
@@ -106,7 +111,8 @@ impl KernelConfig {
     /// wherever its predicate holds and its reduction order (the lanes) unchanged, so the
     /// results stay bitwise those of the other variants: a persistent row keeps half as many
     /// registers (none: every pass reads memory, the looped code), a pointwise thread handles one
-    /// vector instead of several, and vector accesses become scalar.
+    /// vector instead of several, vector accesses become scalar, and last the function may use
+    /// the registers of one block per multiprocessor.
     pub fn smaller(&self) -> Option<(KernelConfig, String)> {
         let mut c = self.clone();
         let what = if c.strategy == Strategy::Persistent {
@@ -131,6 +137,9 @@ impl KernelConfig {
             c.elements_per_thread = (c.elements_per_thread / c.vector).max(1);
             c.vector = 1;
             format!("vector {} → scalar", self.vector)
+        } else if !c.registers_relaxed {
+            c.registers_relaxed = true;
+            "registers for one block per multiprocessor".to_string()
         } else {
             return None;
         };
@@ -651,6 +660,7 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
                         index: *index,
                         lanes,
                         row_cache,
+                        registers_relaxed: false,
                     };
                     let grid = grid_of(env, &config, rows, row_len);
                     let aligned = if *vector > 1 && vec_choices.len() > 1 {

@@ -107,9 +107,14 @@ impl Schedule {
                                 c.threads, c.threads_per_row, c.lanes
                             )
                         };
+                        let relaxed = if c.registers_relaxed {
+                            ", registers of one block per SM"
+                        } else {
+                            ""
+                        };
                         let _ = writeln!(
                             out,
-                            "    v{j} (tuned for {}): {}, {shape}, vector {}, {}, grid {}; when {}{}",
+                            "    v{j} (tuned for {}): {}, {shape}{relaxed}, vector {}, {}, grid {}; when {}{}",
                             v.tuned_for,
                             c.strategy,
                             c.vector,

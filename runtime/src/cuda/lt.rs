@@ -224,35 +224,34 @@ impl Lt {
         }
         let pref = lt::create_matmul_pref().map_err(|e| err("preference", e))?;
         let heuristic = (|| unsafe {
-            let put = |attr: P, v: u64| {
-                lt::set_matmul_pref_attribute(
-                    pref,
-                    attr,
-                    &v as *const u64 as *const c_void,
-                    std::mem::size_of::<u64>(),
-                )
-                .map_err(|e| err(&format!("{attr:?}"), e))
+            // Each preference has its own width: the workspace is a uint64_t, the alignments are
+            // uint32_t (cuBLASLt refuses a size that does not match).
+            let put = |attr: P, v: *const c_void, size: usize| {
+                lt::set_matmul_pref_attribute(pref, attr, v, size)
+                    .map_err(|e| err(&format!("{attr:?}"), e))
             };
+            let workspace = WORKSPACE as u64;
             put(
                 P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                WORKSPACE as u64,
+                &workspace as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
             )?;
-            put(
+            let align = [s.align[0], s.align[1], s.align[2], s.align[2]];
+            for (attr, a) in [
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                s.align[0].into(),
-            )?;
-            put(
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                s.align[1].into(),
-            )?;
-            put(
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                s.align[2].into(),
-            )?;
-            put(
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                s.align[2].into(),
-            )?;
+            ]
+            .into_iter()
+            .zip(&align)
+            {
+                put(
+                    attr,
+                    a as *const u32 as *const c_void,
+                    std::mem::size_of::<u32>(),
+                )?;
+            }
             let [la, lb, lc] = plan.layouts;
             Ok::<_, String>(
                 lt::get_matmul_algo_heuristic(self.handle, plan.desc, la, lb, lc, lc, pref).ok(),
