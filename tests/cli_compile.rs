@@ -366,3 +366,63 @@ fn dot_labels_escape_names() {
     assert!(text.contains(r#"x\" -> evil [label=\""#), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--emit report`: one block per kernel with its variants' facts from NVRTC, for the GPU
+/// `--gpu` names; an unknown GPU or a PTX not made by NVRTC is a clear error.
+#[test]
+fn the_kernel_report_is_printed_for_the_gpu_named() {
+    let path = format!(
+        "{}/examples/graphs/rms_norm.unbacked.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_guardless"))
+            .args(["compile", &path, "--emit", "report"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (ok, _, err) = run(&["--gpu", "a100"]);
+    assert!(!ok && err.contains("--gpu a100"), "{err}");
+    let (ok, _, err) = run(&["--codegen", "llvm-ptx"]);
+    assert!(!ok && err.contains("--codegen cuda"), "{err}");
+    if std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\ntest-skipped: the_kernel_report_is_printed_for_the_gpu_named: no CUDA toolchain (ci/setup's .tools/env)"
+        );
+        return;
+    }
+    let (ok, text, err) = run(&[]);
+    assert!(ok, "{err}");
+    assert!(text.starts_with("report for H200 (132 SMs"), "{text}");
+    assert!(
+        text.contains("kernel reduction_ms_out_0: reduction: n rows × 4096"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bytes 16384*n + 8192 = 67117056 at the hints"),
+        "{text}"
+    );
+    // The variant the hint selects is starred; its loads are 16-byte words.
+    let chosen = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("*v"))
+        .unwrap();
+    assert!(
+        chosen.contains("loads 16 B × ") && chosen.contains("0 bytes spilled"),
+        "{chosen}"
+    );
+    let (ok, text, err) = run(&["--gpu", "114,2000,3"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.starts_with("report for the GPU given (114 SMs, 2000 GB/s, 3 µs per launch)"),
+        "{text}"
+    );
+}

@@ -5,6 +5,7 @@ pub mod build;
 pub mod cache;
 pub mod cuda;
 pub mod nvrtc;
+pub mod report;
 pub mod schedule;
 pub mod text;
 

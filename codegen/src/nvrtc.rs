@@ -37,6 +37,8 @@ pub struct KernelResources {
     pub name: String,
     pub registers: u32,
     pub spill_bytes: u32,
+    /// Static shared memory per block.
+    pub shared_bytes: u32,
 }
 
 /// The NVRTC version, e.g. (13, 0).
@@ -155,7 +157,8 @@ unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, String> {
 
 /// Registers and spills per function from ptxas's `-v` report:
 /// `ptxas info    : Compiling entry function 'NAME' for 'sm_90'`, then
-/// `… N bytes spill stores, M bytes spill loads` and `ptxas info    : Used R registers, …`.
+/// `… N bytes spill stores, M bytes spill loads` and `ptxas info    : Used R registers, …, S bytes
+/// smem`.
 pub fn resources(log: &str) -> Vec<KernelResources> {
     let mut out: Vec<KernelResources> = Vec::new();
     for line in log.lines() {
@@ -165,6 +168,7 @@ pub fn resources(log: &str) -> Vec<KernelResources> {
                 name,
                 registers: 0,
                 spill_bytes: 0,
+                shared_bytes: 0,
             });
         } else if let Some(k) = out.last_mut() {
             let num_before = |pat: &str| -> Option<u32> {
@@ -177,6 +181,9 @@ pub fn resources(log: &str) -> Vec<KernelResources> {
             }
             if let Some(r) = num_before(" registers") {
                 k.registers = r;
+            }
+            if let Some(b) = num_before(" bytes smem") {
+                k.shared_bytes = b;
             }
         }
     }

@@ -614,3 +614,77 @@ fn a_kernel_with_no_smaller_configuration_builds_with_more_registers() {
     // Today's main fails the f32 pooling graph here (`spills 16 bytes … in every configuration`).
     assert!(relaxed > 0, "no variant needed the last step");
 }
+
+/// `--emit report`'s facts on the examples, from NVRTC's output for sm_90: every variant has a
+/// ptxas report with no spill; the vector variants of the normalizations and `silu_and_mul` load
+/// and store only 16-byte words; no function of the row-wise examples divides by a run-time
+/// integer; and each single-kernel example moves exactly its compulsory bytes (a fusion or
+/// vectorization regression changes one of these).
+#[test]
+fn the_kernel_report_states_the_facts_of_the_examples() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    use guardless_codegen::report::{report, GpuModel};
+    if toolchain().is_none() {
+        return;
+    }
+    let sixteen = [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "layer_norm",
+        "silu_and_mul",
+    ];
+    let row_wise = [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "layer_norm",
+        "silu_and_mul",
+        "softmax",
+        "rotary_embedding",
+        "sampler",
+    ];
+    for name in example_names() {
+        let g = Graph::from_json(&example(&format!("{name}.unbacked"))).unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90").unwrap();
+        let units: Vec<_> = built.units.iter().map(|(c, _)| c.clone()).collect();
+        let r = report(&mut p, &s, &built.module, &units, &GpuModel::h200());
+        let text = r.to_text();
+        assert!(text.starts_with("report for H200"), "{text}");
+        assert_eq!(r.kernels.len(), s.kernels.len(), "{name}");
+        for (k, kr) in s.kernels.iter().zip(&r.kernels) {
+            assert_eq!(kr.variants.len(), k.variants.len(), "{name}: {}", k.name);
+            assert_eq!(
+                kr.variants.iter().filter(|v| v.at_hint).count(),
+                1,
+                "{name}"
+            );
+            for (v, vr) in k.variants.iter().zip(&kr.variants) {
+                let what = format!("{name}: {}", vr.function);
+                let res = vr.resources.as_ref().expect(&what);
+                assert!(res.registers > 0 && res.spill_bytes == 0, "{what}: {res:?}");
+                assert!(vr.occupancy > 0.0 && vr.occupancy <= 1.0, "{what}");
+                assert!(!vr.accesses.loads.is_empty(), "{what}: no global load");
+                if sixteen.contains(&name.as_str()) && v.config.vector > 1 {
+                    let widths: Vec<u32> = vr
+                        .accesses
+                        .loads
+                        .keys()
+                        .chain(vr.accesses.stores.keys())
+                        .copied()
+                        .collect();
+                    assert!(widths.iter().all(|&w| w == 16), "{what}: {widths:?}");
+                }
+                if row_wise.contains(&name.as_str()) {
+                    assert_eq!(vr.accesses.integer_divisions, 0, "{what}");
+                }
+            }
+        }
+        if row_wise.contains(&name.as_str()) {
+            assert_eq!(r.kernels.len(), 1, "{name}: one kernel");
+            assert_eq!(r.kernels[0].bytes_at_hint, r.compulsory_at_hint, "{name}");
+            assert!(r.kernels[0].estimate_us > 0.0, "{name}");
+        }
+    }
+}

@@ -1,11 +1,13 @@
-//! `guardless compile GRAPH --emit schedule,dot,manifest,cuda,ptx [--out-dir DIR] [--arch sm_90]
-//! [--codegen cuda|llvm-ptx]`:
+//! `guardless compile GRAPH --emit schedule,dot,manifest,cuda,ptx,report [--out-dir DIR]
+//! [--arch sm_90] [--codegen cuda|llvm-ptx] [--gpu h200]`:
 //! the scheduler's decisions as text or as a Graphviz graph, the launch manifest (JSON), the generated CUDA C, and the
 //! PTX/CUBIN NVRTC makes of it. With `--out-dir`, every requested product is written there
 //! (`schedule.txt`, `schedule.dot`, `manifest.json`, `kernels.cu` with `kernels.json` — each variant's function,
 //! parameters and error messages —, `kernels.ptx`, `kernels.cubin`, `compile.log`); without, the
 //! one requested product is printed. NVRTC results go through the disk cache
 //! (`$GUARDLESS_CACHE_DIR`, else `$XDG_CACHE_HOME/guardless`, else `~/.cache/guardless`).
+//! `report` compiles through NVRTC too and writes `report.txt`: per kernel and variant, what the
+//! compiled code will cost on the GPU `--gpu` names ([`guardless_codegen::report`]).
 //! `--codegen llvm-ptx` makes the PTX through LLVM's NVPTX backend instead (`kernels.llvm.ptx`,
 //! one thread per row): a cross-check of the code generator, not the GPU path.
 
@@ -14,10 +16,11 @@ use std::path::{Path, PathBuf};
 use guardless_codegen::build::build;
 use guardless_codegen::cache::Cache;
 use guardless_codegen::cuda::generate;
+use guardless_codegen::report::{report, GpuModel};
 use guardless_codegen::schedule::schedule;
 use guardless_ir::graph::Graph;
 
-const PRODUCTS: [&str; 5] = ["schedule", "dot", "manifest", "cuda", "ptx"];
+const PRODUCTS: [&str; 6] = ["schedule", "dot", "manifest", "cuda", "ptx", "report"];
 
 pub fn run(
     path: &Path,
@@ -25,14 +28,16 @@ pub fn run(
     out_dir: Option<&PathBuf>,
     arch: &str,
     codegen: &str,
+    gpu: &str,
 ) -> Result<String, String> {
     if !matches!(codegen, "cuda" | "llvm-ptx") {
         return Err(format!("--codegen {codegen}: expected cuda or llvm-ptx"));
     }
+    let gpu = GpuModel::parse(gpu)?;
     let wanted: Vec<&str> = emit.split(',').map(str::trim).collect();
     if let Some(w) = wanted.iter().find(|w| !PRODUCTS.contains(w)) {
         return Err(format!(
-            "--emit {w}: expected schedule, dot, manifest, cuda or ptx (comma-separated)"
+            "--emit {w}: expected schedule, dot, manifest, cuda, ptx or report (comma-separated)"
         ));
     }
     if out_dir.is_none() && wanted.len() != 1 {
@@ -45,7 +50,10 @@ pub fn run(
     let mut s = schedule(&mut program);
     // NVRTC first when PTX is wanted: a kernel that spills gets a smaller configuration, and the
     // schedule, the manifest and the CUDA written are the ones compiled.
-    let built = if codegen == "cuda" && wanted.contains(&"ptx") {
+    if codegen != "cuda" && wanted.contains(&"report") {
+        return Err("--emit report reads NVRTC's output: it needs --codegen cuda".into());
+    }
+    let built = if codegen == "cuda" && (wanted.contains(&"ptx") || wanted.contains(&"report")) {
         Some(
             build(&mut program, &mut s, &Cache::from_env(), arch)
                 .map_err(|e| format!("{}: {e}", path.display()))?,
@@ -79,11 +87,19 @@ pub fn run(
                 llvm_ptx(&mut program, &s, arch, path)?,
             ));
         }
-    } else if wanted.contains(&"cuda") || wanted.contains(&"ptx") {
+    } else if wanted
+        .iter()
+        .any(|w| matches!(*w, "cuda" | "ptx" | "report"))
+    {
         let (module, units, fallbacks) = match built {
             Some(b) => (b.module, b.units, b.fallbacks),
             None => (generate(&mut program, &s), Vec::new(), Vec::new()),
         };
+        if wanted.contains(&"report") {
+            let compiled: Vec<_> = units.iter().map(|(c, _)| c.clone()).collect();
+            let r = report(&mut program, &s, &module, &compiled, &gpu);
+            files.push(("report.txt".to_string(), r.to_text().into_bytes()));
+        }
         if wanted.contains(&"cuda") {
             files.push(("kernels.cu".to_string(), module.source.clone().into_bytes()));
             // What the launcher needs beside the manifest: the function of each variant, its

@@ -81,7 +81,8 @@ pub enum Command {
         graph: std::path::PathBuf,
         /// What to produce, comma-separated: `schedule` (text), `dot` (the schedule as a
         /// Graphviz graph: `dot -Tsvg`), `manifest` (JSON), `cuda` (CUDA C), `ptx` (PTX and
-        /// CUBIN through NVRTC).
+        /// CUBIN through NVRTC), `report` (per kernel and variant: launch shape, registers,
+        /// spills, occupancy, access widths, divisions, bytes moved, an estimate at the hints).
         #[arg(long, default_value = "schedule")]
         emit: String,
         /// Write every product into this directory (a compiled artifact).
@@ -94,6 +95,9 @@ pub enum Command {
         /// CPU backend's kernels through LLVM's NVPTX backend, a cross-check; feature `llvm`).
         #[arg(long, default_value = "cuda")]
         codegen: String,
+        /// The GPU the report's estimate assumes: `h200`, `h100`, or `SMS,GB/s,LAUNCH_µs`.
+        #[arg(long, default_value = "h200")]
+        gpu: String,
     },
     /// Run a graph on given or random inputs and print a summary of its outputs.
     Run(run::RunArgs),
@@ -173,7 +177,8 @@ pub fn run(cli: Cli) -> Result<String, CliError> {
             out_dir,
             arch,
             codegen,
-        } => compile::run(&graph, &emit, out_dir.as_ref(), &arch, &codegen),
+            gpu,
+        } => compile::run(&graph, &emit, out_dir.as_ref(), &arch, &codegen, &gpu),
         Command::Run(args) => return run::run(args),
         Command::Bench(args) => bench::run(args),
     }?)

@@ -5,7 +5,7 @@
 //! get the same schedule.
 
 pub(crate) mod config;
-mod deps;
+pub(crate) mod deps;
 mod dot;
 mod fusion;
 mod manifest;
