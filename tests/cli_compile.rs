@@ -55,7 +55,7 @@ fn the_manifest_is_json_and_unknown_emits_are_refused() {
     let (ok, _, err) = compile("softmax.unbacked.json", "llvm");
     assert!(!ok);
     assert!(
-        err.contains("expected schedule, dot, manifest, cuda or ptx"),
+        err.contains("expected schedule, dot, manifest, cuda, ptx or report"),
         "{err}"
     );
     let (ok, _, err) = compile("softmax.unbacked.json", "cuda,schedule");

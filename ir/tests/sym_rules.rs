@@ -185,3 +185,36 @@ fn substitution_rebuilds_canonically() {
     let again = env.parse("5*u1 + Min(u0, 2*u1 + 4) + 10").unwrap();
     assert_eq!(s, again);
 }
+
+/// A loop variable stays below its extent wherever it appears: a reshape's `x // n` and `x % n`
+/// over a loop `x in 0..n` fold, also through a flattened index; nothing folds that could reach
+/// the divisor, and a variable bound to data (checked at run time, not yet proved) keeps both.
+#[test]
+fn loop_variables_below_their_extent_fold_division_and_modulo() {
+    let mut env = ShapeEnv::new();
+    let n = env.unbacked_size("n", Some(0), Some(65536), None).unwrap();
+    let x = env.new_index_var("x", n);
+    let c256 = env.parse("256").unwrap();
+    let y = env.new_index_var("x", c256);
+    let (xs, ys) = (env.text(x), env.text(y));
+    for (input, want) in [
+        (format!("{xs} // n"), "0".to_string()),
+        (format!("{xs} % n"), xs.clone()),
+        (format!("(256*{xs} + {ys}) // (256*n)"), "0".into()),
+        (
+            format!("(256*{xs} + {ys}) % (256*n)"),
+            format!("256*{xs} + {ys}"),
+        ),
+        (format!("{xs} // (n + 1)"), "0".into()),
+        (format!("{ys} % 256"), ys.clone()),
+        // Could reach the divisor: kept.
+        (format!("({xs} + 1) // n"), format!("({xs} + 1)//n")),
+        (format!("{xs} % (n - 1)"), format!("{xs} % (n - 1)")),
+        (
+            format!("(256*{xs} + {ys}) // (255*n)"),
+            format!("(256*{xs} + {ys})//(255*n)"),
+        ),
+    ] {
+        assert_eq!(simplified(&mut env, &input), want, "simplify({input})");
+    }
+}

@@ -65,6 +65,7 @@ impl Ctx<'_> {
     /// time: a value out of range is an error that names `origin`, the node that indexes).
     pub fn bind_index(&mut self, value: ValueId, size: Expr, origin: &str) -> Expr {
         let t = self.env.new_index_var("t", size);
+        self.env.forget_extent(t);
         self.env.set_index_origin(t, origin);
         self.body.bind(t, value, size);
         t

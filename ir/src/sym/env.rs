@@ -33,6 +33,10 @@ pub(crate) struct SymState {
     /// A derived symbol's definition (see [`ShapeEnv::derived`]): its value and hint come from
     /// it, but simplification keeps the symbol whole.
     pub definition: Option<Expr>,
+    /// A loop variable's extent: its value is in `0..extent` wherever it appears (every use is
+    /// inside its loop), which proves `x // size == 0` and `x % size == x` for sizes that are no
+    /// smaller, a relation its constant range cannot show.
+    pub extent: Option<Expr>,
 }
 
 /// A recorded guard: `cond` held for the backed hints and must hold for a compiled artifact to be
@@ -178,6 +182,7 @@ impl ShapeEnv {
             lowers: Vec::new(),
             share: None,
             definition,
+            extent: None,
         });
         e
     }
@@ -290,7 +295,25 @@ impl ShapeEnv {
         self.pool.adding_index = true;
         let v = self.unbacked_value(&name, Some(0), hi, None);
         self.pool.adding_index = false;
-        v.expect("fresh names are valid")
+        let v = v.expect("fresh names are valid");
+        let id = self.pool.as_symbol(v).expect("a symbol");
+        self.syms[id.index()].extent = Some(size);
+        v
+    }
+
+    /// Forgets that index variable `var` stays below its extent: a variable bound to a value read
+    /// from data is checked at run time, and code may compute with it before the check's error
+    /// stops the call.
+    pub(crate) fn forget_extent(&mut self, var: Expr) {
+        if let Some(id) = self.pool.as_symbol(var) {
+            self.syms[id.index()].extent = None;
+        }
+    }
+
+    /// The extent of loop variable `var` (see [`ShapeEnv::new_index_var`]).
+    pub(crate) fn extent(&self, var: Expr) -> Option<Expr> {
+        let id = self.pool.as_symbol(var)?;
+        self.syms.get(id.index())?.extent
     }
 
     /// Records what the index variable `var` indexes (see [`ShapeEnv::index_origin`]).

@@ -249,8 +249,15 @@ impl ShapeEnv {
             Node::FloorDiv(x, y) | Node::CeilDiv(x, y) => (x, y),
             _ => return base,
         };
-        let ry = self.interval(y);
-        if ry.contains(0) || self.may_raise_here(x) || self.may_raise_here(y) {
+        if self.may_raise_here(x) || self.may_raise_here(y) {
+            return base;
+        }
+        // 0 <= x < y also proves y > 0 wherever x exists (inside its loops): a size that may be
+        // 0 divides only where its loop runs.
+        if floor && self.below(x, y) {
+            return self.pool.scale(x, 0);
+        }
+        if self.interval(y).contains(0) {
             return base;
         }
         if let Some(q) = self.exact_quotient(x, y) {
@@ -259,14 +266,50 @@ impl ShapeEnv {
         base
     }
 
+    /// Whether `0 <= x < y` is proved, `x` a sum of loop variables (each below its extent) and
+    /// ranged atoms: the flattened index of a reshape, `256*x0 + x1` with `x1` in `0..256`, is
+    /// below `256*n` when `x0` is in `0..n`.
+    fn below(&mut self, x: Expr, y: Expr) -> bool {
+        if self.interval(x).lo < 0 {
+            return false;
+        }
+        let (terms, k) = self.pool.linear_parts(x);
+        let mut most = self.pool.constant(k);
+        for (t, c) in terms {
+            let top = match (self.extent(t), c > 0) {
+                (Some(e), true) => {
+                    let one = self.pool.one();
+                    self.pool.sub(e, one)
+                }
+                (_, positive) => {
+                    let r = self.interval(t);
+                    let v = if positive { r.hi } else { r.lo };
+                    match i64::try_from(v) {
+                        Ok(v) => self.pool.constant(v),
+                        Err(_) => return false,
+                    }
+                }
+            };
+            let scaled = self.pool.scale(top, c);
+            most = self.pool.add(most, scaled);
+        }
+        self.decide(CmpOp::Lt, most, y) == Some(true)
+    }
+
     /// Python `a % b` with range knowledge.
     fn mod_ranged(&mut self, a: Expr, b: Expr) -> Expr {
         let base = self.pool.modulo(a, b);
         let Node::Mod(x, y) = *self.pool.node(base) else {
             return base;
         };
+        if self.may_raise_here(x) || self.may_raise_here(y) {
+            return base;
+        }
+        if self.below(x, y) {
+            return x;
+        }
         let ry = self.interval(y);
-        if ry.contains(0) || self.may_raise_here(x) || self.may_raise_here(y) {
+        if ry.contains(0) {
             return base;
         }
         let multiple = self
