@@ -19,9 +19,9 @@ use std::fmt::Write as _;
 use guardless_ir::loop_ir::{BufferId, BufferKind, Program};
 use guardless_ir::sym::Expr;
 
+use crate::cuda::params::kernel_buffers;
 use crate::cuda::{CudaModule, EntryOf};
 use crate::nvrtc::{Compiled, KernelResources};
-use crate::schedule::deps::loads;
 use crate::schedule::{Schedule, Step};
 
 /// What the estimate assumes of the GPU.
@@ -245,39 +245,19 @@ fn sum(p: &mut Program, terms: impl IntoIterator<Item = Expr>) -> Expr {
         .fold(zero, |acc, e| p.env.pool_mut().add(acc, e))
 }
 
-/// The buffers kernel `k` reads from memory and those it stores.
-fn kernel_buffers(p: &Program, s: &Schedule, k: usize) -> Vec<BufferId> {
-    let kernel = &s.kernels[k];
-    let member = |b: BufferId| kernel.members.iter().any(|m| m.buffer == b);
-    let mut out: Vec<BufferId> = Vec::new();
-    for m in &kernel.members {
-        if m.stored.is_some() && !out.contains(&m.buffer) {
-            out.push(m.buffer);
-        }
-        if let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind {
-            for (b, _) in loads(body) {
-                if !member(b) && !out.contains(&b) {
-                    out.push(b);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The report of a compiled module (`units`: NVRTC's results per translation unit, as
-/// [`crate::build::build`] returns them).
+/// The report of a compiled module (`units`: NVRTC's results per translation unit and whether
+/// each came from the cache, as [`crate::build::build`] returns them).
 pub fn report(
     p: &mut Program,
     s: &Schedule,
     module: &CudaModule,
-    units: &[Compiled],
+    units: &[(Compiled, bool)],
     gpu: &GpuModel,
 ) -> Report {
     let mut kernels = Vec::new();
     for (ki, k) in s.kernels.iter().enumerate() {
-        let touched = kernel_buffers(p, s, ki);
-        let terms: Vec<Expr> = touched.iter().map(|&b| buffer_bytes(p, b)).collect();
+        let touched = kernel_buffers(p, k);
+        let terms: Vec<Expr> = touched.iter().map(|&(b, _)| buffer_bytes(p, b)).collect();
         let bytes = sum(p, terms);
         let bytes = p.env.simplify(bytes);
         let bytes_at_hint = p.env.optimization_hint(bytes);
@@ -292,9 +272,9 @@ pub fn report(
                 }
             });
             let Some(entry) = entry else { continue };
-            let ptx = units.get(entry.unit).map(|c| c.ptx.as_str()).unwrap_or("");
-            let resources = units
-                .get(entry.unit)
+            let unit = units.get(entry.unit).map(|(c, _)| c);
+            let ptx = unit.map_or("", |c| c.ptx.as_str());
+            let resources = unit
                 .and_then(|c| c.kernels.iter().find(|r| r.name == entry.name))
                 .cloned();
             let (registers, shared) = resources

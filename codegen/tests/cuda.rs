@@ -648,8 +648,7 @@ fn the_kernel_report_states_the_facts_of_the_examples() {
         let mut p = lower(&g).unwrap();
         let mut s = schedule(&mut p);
         let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90").unwrap();
-        let units: Vec<_> = built.units.iter().map(|(c, _)| c.clone()).collect();
-        let r = report(&mut p, &s, &built.module, &units, &GpuModel::h200());
+        let r = report(&mut p, &s, &built.module, &built.units, &GpuModel::h200());
         let text = r.to_text();
         assert!(text.starts_with("report for H200"), "{text}");
         assert_eq!(r.kernels.len(), s.kernels.len(), "{name}");

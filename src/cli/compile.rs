@@ -96,8 +96,7 @@ pub fn run(
             None => (generate(&mut program, &s), Vec::new(), Vec::new()),
         };
         if wanted.contains(&"report") {
-            let compiled: Vec<_> = units.iter().map(|(c, _)| c.clone()).collect();
-            let r = report(&mut program, &s, &module, &compiled, &gpu);
+            let r = report(&mut program, &s, &module, &units, &gpu);
             files.push(("report.txt".to_string(), r.to_text().into_bytes()));
         }
         if wanted.contains(&"cuda") {

@@ -8,7 +8,7 @@ mod hoist;
 mod kernel;
 mod library;
 pub mod lines;
-mod params;
+pub(crate) mod params;
 mod persistent;
 pub mod scatter;
 pub mod select;

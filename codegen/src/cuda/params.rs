@@ -15,7 +15,7 @@ use crate::schedule::{Kernel, Residence, Role};
 /// The buffers a kernel touches, in order of first use, and whether it writes each: stored
 /// members are written; loads from outside the kernel, or of members stored in an earlier pass,
 /// are read from memory.
-pub(super) fn kernel_buffers(p: &Program, k: &Kernel) -> Vec<(BufferId, bool)> {
+pub(crate) fn kernel_buffers(p: &Program, k: &Kernel) -> Vec<(BufferId, bool)> {
     let mut buffers: Vec<(BufferId, bool)> = Vec::new();
     let mut slot: rustc_hash::FxHashMap<BufferId, usize> = rustc_hash::FxHashMap::default();
     let mut note = |b: BufferId, written: bool| match slot.get(&b) {

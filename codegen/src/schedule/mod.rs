@@ -5,7 +5,7 @@
 //! get the same schedule.
 
 pub(crate) mod config;
-pub(crate) mod deps;
+mod deps;
 mod dot;
 mod fusion;
 mod manifest;
