@@ -32,7 +32,7 @@ impl Schedule {
                     let what = match &buf.kind {
                         BufferKind::Extern { kernel, inputs } => {
                             let args: Vec<&str> = inputs.iter().map(|&x| name(x)).collect();
-                            format!("extern {}({})", kernel.name(), args.join(", "))
+                            format!("extern {}({})", kernel.describe(), args.join(", "))
                         }
                         BufferKind::Sort { .. } => "sort".into(),
                         BufferKind::Scan { kind, .. } => kind.name().into(),

@@ -283,6 +283,47 @@ pub enum ExternKernel {
     /// groups of the inner dimension; `[g, m, k] @ [k, N]` with column groups. Rows or columns past
     /// the last offset are zero; offsets that decrease or pass the size are a runtime error.
     GroupedMm,
+    /// Scaled dot-product attention, fused: `softmax(q·kᵀ·scale + mask)·v` without the scores
+    /// in memory (an online softmax over tiles of keys). Inputs `q [B, Hq, Lq, D]`,
+    /// `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]` and an optional mask `[B, Hq, Lq, Lk]` (a view:
+    /// broadcast dimensions have stride 0), each read through its layout; the result
+    /// `[B, Hq, Lq, Dv]` in q's dtype. Query head `h` reads key/value head `h / (Hq / Hkv)`
+    /// (grouped-query attention, no copy). A boolean mask hides keys where it is false; any
+    /// other is added to the scores. A row whose keys are all hidden (or that has none) is zero,
+    /// as in PyTorch. Scores, the softmax and the weighted sum are in f32 (f64 for f64 inputs).
+    Attention(Attention),
+}
+
+/// What an attention step computes beyond its operands.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Attention {
+    /// Key `j` is hidden from query `i` when `j > i` (PyTorch's top-left alignment).
+    pub causal: bool,
+    /// The scale of the scores as f64 bits; `None`: `1/sqrt(D)`.
+    pub scale_bits: Option<u64>,
+}
+
+impl Attention {
+    /// The scale of the scores for head dimension `head_dim`.
+    pub fn scale(self, head_dim: i64) -> f64 {
+        match self.scale_bits {
+            Some(b) => f64::from_bits(b),
+            None => 1.0 / (head_dim.max(1) as f64).sqrt(),
+        }
+    }
+
+    /// As the loop IR and the schedule print it: `causal, scale 0.125`.
+    pub fn describe(self) -> String {
+        let scale = match self.scale_bits {
+            Some(b) => format!("scale {}", f64::from_bits(b)),
+            None => "scale 1/sqrt(D)".into(),
+        };
+        if self.causal {
+            format!("causal, {scale}")
+        } else {
+            scale
+        }
+    }
 }
 
 impl ExternKernel {
@@ -292,6 +333,15 @@ impl ExternKernel {
             ExternKernel::AddMm => "addmm",
             ExternKernel::Bmm => "bmm",
             ExternKernel::GroupedMm => "grouped_mm",
+            ExternKernel::Attention(_) => "attention",
+        }
+    }
+
+    /// The name with what else it computes (an attention's mask and scale).
+    pub fn describe(self) -> String {
+        match self {
+            ExternKernel::Attention(a) => format!("attention[{}]", a.describe()),
+            k => k.name().into(),
         }
     }
 }

@@ -100,7 +100,7 @@ impl Program {
                         out,
                         "buffer {} (#{i}): {shape} = extern {}({}){from}",
                         b.name,
-                        kernel.name(),
+                        kernel.describe(),
                         args.join(", ")
                     );
                 }

@@ -1,15 +1,9 @@
-//! `scaled_dot_product_attention` by its decomposition into two batched matmuls and a softmax.
-
-use std::rc::Rc;
+//! `scaled_dot_product_attention` as one fused attention step over its operands' storage.
 
 use super::args::{msg, tensor};
-use super::matmul::matmul;
-use super::pointwise::map;
-use super::promote::compute_dtype;
-use super::reductions::softmax;
-use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use super::{LTensor, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode};
-use crate::loop_ir::{BinaryOp, Constant, UnaryOp};
+use crate::loop_ir::{Attention, Buffer, BufferId, BufferKind, ExternKernel, Layout};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -42,9 +36,11 @@ fn head_ratio(l: &mut Lowerer, hq: Expr, hk: Expr) -> Option<i64> {
     (a == rc || l.env.guard_or_false(exact)).then_some(r)
 }
 
-/// `scaled_dot_product_attention` by its decomposition: `softmax(q·kᵀ·scale + mask)·v`, with
-/// grouped-query heads read through an index map (no copy) and the causal mask as an index
-/// predicate. Inference only: a non-zero dropout is an error.
+/// `scaled_dot_product_attention` as one fused attention step ([`ExternKernel::Attention`]):
+/// q, k and v read in place through their layouts (a transposed view needs no copy), grouped
+/// query heads read their key/value head without a copy, the mask broadcast by zero strides
+/// (never expanded), the causal mask and the scale applied inside the step. No score matrix
+/// is stored. Inference only: a non-zero dropout is an error.
 pub(super) fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let (q, k, v) = (
         tensor(l, n, "query")?,
@@ -60,90 +56,61 @@ pub(super) fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     if !matches!(n.arg("dropout_p"), Some(Arg::Float(f)) if *f == 0.0) {
         return msg("dropout is not supported (inference only)");
     }
-    // Fewer dimensions are leading sizes of 1 (a mask broadcasts from the right either way).
+    if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
+        return msg(format!(
+            "expects query, key and value of one floating-point dtype, found {}, {} and {}",
+            q.dtype, k.dtype, v.dtype
+        ));
+    }
+    let dtype = q.dtype;
     let out_lead = q.sizes[..rank - 1].to_vec();
-    let lift = |l: &mut Lowerer, t: LTensor| -> R<LTensor> {
-        let one = l.env.pool().one();
-        let mut sizes = vec![one; 4 - rank];
-        sizes.extend_from_slice(&t.sizes);
-        super::views::view(l, t, &sizes)
-    };
-    let (q, k, v) = (lift(l, q)?, lift(l, k)?, lift(l, v)?);
-    let (b, hq, lq, e) = (q.sizes[0], q.sizes[1], q.sizes[2], q.sizes[3]);
-    let (hk, s) = (k.sizes[1], k.sizes[2]);
-    let ev = v.sizes[3];
-    // The default scale 1/sqrt(head dim): a constant, or computed from a symbolic head dim.
-    let scale = match (n.arg("scale"), l.env.pool().as_const(e)) {
-        (Some(Arg::Float(f)), _) => Some(*f),
-        (_, Some(head_dim)) => Some(1.0 / (head_dim as f64).sqrt()),
-        _ => None,
-    };
+    // Fewer dimensions are leading sizes of 1 (a mask broadcasts from the right either way).
+    let (q, k, v) = (
+        lifted(l, q, rank, &n.name),
+        lifted(l, k, rank, &n.name),
+        lifted(l, v, rank, &n.name),
+    );
+    let size = |l: &Lowerer, b: BufferId, d: usize| l.buffers[b.index()].layout.sizes[d];
+    let (b, hq, lq, e) = (size(l, q, 0), size(l, q, 1), size(l, q, 2), size(l, q, 3));
+    let (hk, s) = (size(l, k, 1), size(l, k, 2));
+    let ev = size(l, v, 3);
+    for (what, x, y) in [
+        ("key batch", size(l, k, 0), b),
+        ("value batch", size(l, v, 0), b),
+        ("value heads", size(l, v, 1), hk),
+        ("key head dim", size(l, k, 3), e),
+        ("value length", size(l, v, 2), s),
+    ] {
+        let eq = l.env.pool_mut().eq(x, y);
+        l.require(eq, |env| {
+            format!(
+                "{what} {} differs from {} (query [B, Hq, Lq, D], key [B, Hkv, Lk, D], value [B, Hkv, Lk, Dv])",
+                env.text(x),
+                env.text(y)
+            )
+        })?;
+    }
     // Grouped-query attention: query head h reads key/value head h / (hq / hk).
-    let Some(rep) = head_ratio(l, hq, hk) else {
+    if head_ratio(l, hq, hk).is_none() {
         return msg("query heads must be a constant multiple of key/value heads");
+    }
+    let scale_bits = match n.arg("scale") {
+        Some(Arg::Float(f)) => Some(f.to_bits()),
+        None | Some(Arg::None) => None,
+        other => return msg(format!("scale: expected a float or null, found {other:?}")),
     };
-    let repeat = |t: &LTensor| -> LTensor {
-        if rep == 1 {
-            return t.clone();
-        }
-        let inner = t.loader.clone();
-        let mut sizes = t.sizes.clone();
-        sizes[1] = hq;
-        let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
-            let mut src = idx.to_vec();
-            let r = c.env.pool_mut().constant(rep);
-            src[1] = c.env.pool_mut().floordiv(idx[1], r);
-            inner(c, &src)
-        });
-        LTensor::lazy(t.dtype, sizes, loader)
-    };
-    let (k, v) = (repeat(&k), repeat(&v));
-    let bh = l.env.pool_mut().mul(b, hq);
-    let kt = super::views::permute(k, &[0, 1, 3, 2])?;
-    let q3 = super::views::view(l, q.clone(), &[bh, lq, e])?;
-    let kt3 = super::views::view(l, kt, &[bh, e, s])?;
-    let scores = matmul(l, n, q3, kt3, true, None, false)?;
-    let scores = super::views::view(l, scores, &[b, hq, lq, s])?;
-    let cd = compute_dtype(q.dtype);
     let causal = matches!(n.arg("is_causal"), Some(Arg::Bool(true)));
-    let inner = scores.loader.clone();
-    let scaled: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
-        let x = inner(c, idx);
-        let x = c.body.cast(x, cd);
-        let k = match scale {
-            Some(s) => c.body.constant(Constant::float(s), cd),
-            None => {
-                let e = c.body.index(e);
-                let e = c.body.cast(e, cd);
-                c.body.unary(UnaryOp::Rsqrt, e)
-            }
-        };
-        let x = c.body.binary(BinaryOp::Mul, x, k);
-        if !causal {
-            return x;
-        }
-        // Top-left aligned, as torch: key j is visible to query i when j <= i.
-        let visible = c.env.pool_mut().le(idx[3], idx[2]);
-        let m = c.body.index(visible);
-        let m = c.body.cast(m, DType::Bool);
-        let ninf = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
-        c.body.where_(m, x, ninf)
-    });
-    let mut logits = LTensor::lazy(cd, scores.sizes.clone(), scaled);
+    let mut inputs = vec![q, k, v];
     match n.arg("attn_mask") {
         Some(Arg::Tensor(_)) => {
             let mask = tensor(l, n, "attn_mask")?;
-            logits = if mask.dtype == DType::Bool {
-                map(l, &[logits, mask], cd, cd, move |c, v| {
-                    let m = c.body.cast(v[1], DType::Bool);
-                    let ninf = c.body.constant(Constant::float(f64::NEG_INFINITY), cd);
-                    c.body.where_(m, v[0], ninf)
-                })?
-            } else {
-                map(l, &[logits, mask], cd, cd, |c, v| {
-                    c.body.binary(BinaryOp::Add, v[0], v[1])
-                })?
-            };
+            if mask.dtype != DType::Bool && !mask.dtype.is_float() {
+                return msg(format!(
+                    "attn_mask: expected a boolean or floating-point mask, found {}",
+                    mask.dtype
+                ));
+            }
+            inputs.push(broadcast_mask(l, mask, &[b, hq, lq, s], &n.name)?);
         }
         None | Some(Arg::None) => {}
         other => {
@@ -152,12 +119,91 @@ pub(super) fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
             ))
         }
     }
-    let probs = softmax(l, n, logits, 3, false)?;
-    let probs = map(l, &[probs], cd, q.dtype, |_, v| v[0])?;
-    let p3 = super::views::view(l, probs, &[bh, lq, s])?;
-    let v3 = super::views::view(l, v, &[bh, s, ev])?;
-    let out = matmul(l, n, p3, v3, true, None, false)?;
+    let kernel = ExternKernel::Attention(Attention { causal, scale_bits });
+    let out = l.add_buffer(
+        BufferKind::Extern { kernel, inputs },
+        dtype,
+        &[b, hq, lq, ev],
+        &n.name,
+    );
+    if rank == 4 {
+        return Ok(out);
+    }
     let mut sizes = out_lead;
     sizes.push(ev);
     super::views::view(l, out, &sizes)
+}
+
+/// A buffer of `t` read as 4 dimensions: `rank` < 4 gains leading sizes of 1.
+fn lifted(l: &mut Lowerer, t: LTensor, rank: usize, origin: &str) -> BufferId {
+    let id = l.as_buffer(t, origin);
+    if rank == 4 {
+        return id;
+    }
+    let mut layout = l.buffers[id.index()].layout.clone();
+    let (one, zero) = (l.env.pool().one(), l.env.pool().zero());
+    for _ in rank..4 {
+        layout.sizes.insert(0, one);
+        layout.strides.insert(0, zero);
+    }
+    view_buffer(l, id, layout, origin)
+}
+
+/// The mask as a view of `[B, Hq, Lq, Lk]`: dimensions of size 1 (or missing, on the left)
+/// broadcast by a stride of 0; any other must equal the target's size.
+fn broadcast_mask(l: &mut Lowerer, mask: LTensor, target: &[Expr], origin: &str) -> R<BufferId> {
+    if mask.sizes.len() > 4 {
+        return msg(format!(
+            "attn_mask has {} dimensions; at most 4 broadcast to [B, Hq, Lq, Lk]",
+            mask.sizes.len()
+        ));
+    }
+    let id = l.as_buffer(mask, origin);
+    let own = l.buffers[id.index()].layout.clone();
+    let off = 4 - own.sizes.len();
+    let zero = l.env.pool().zero();
+    let mut layout = Layout {
+        sizes: target.to_vec(),
+        strides: vec![zero; 4],
+        offset: own.offset,
+    };
+    for (k, (&m, &stride)) in own.sizes.iter().zip(&own.strides).enumerate() {
+        let t = target[off + k];
+        let one = l.env.pool().one();
+        let is_one = l.env.pool_mut().eq(m, one);
+        if m == t {
+            layout.strides[off + k] = stride;
+        } else if m == one || l.env.guard_or_false(is_one) {
+            continue;
+        } else {
+            let eq = l.env.pool_mut().eq(m, t);
+            l.require(eq, |env| {
+                format!(
+                    "attn_mask size {} does not broadcast to {} in dimension {k}",
+                    env.text(m),
+                    env.text(t)
+                )
+            })?;
+            layout.strides[off + k] = stride;
+        }
+    }
+    Ok(view_buffer(l, id, layout, origin))
+}
+
+/// A view of `id`'s storage through `layout` (addressing the same storage as `id`'s own).
+fn view_buffer(l: &mut Lowerer, id: BufferId, layout: Layout, origin: &str) -> BufferId {
+    let mut base = id;
+    while let BufferKind::View { base: b } = l.buffers[base.index()].kind {
+        base = b;
+    }
+    let dtype = l.buffers[id.index()].dtype;
+    let view = BufferId(l.buffers.len() as u32);
+    l.buffers.push(Buffer {
+        name: format!("buf{}", view.0),
+        dtype,
+        layout,
+        kind: BufferKind::View { base },
+        origins: vec![origin.to_string()],
+    });
+    view
 }

@@ -651,6 +651,9 @@ fn library(st: &mut State, jit: &Jit, id: BufferId, threads: usize) -> Result<()
         {
             return matmul(st, id, *kernel, inputs, threads);
         }
+        if let ExternKernel::Attention(spec) = kernel {
+            return attention(st, id, *spec, inputs, threads);
+        }
     }
     if scatter(st, jit, id)? {
         return Ok(());
@@ -831,6 +834,81 @@ fn scatter(st: &mut State, jit: &Jit, id: BufferId) -> Result<bool, RunError> {
 }
 
 /// The storage element of row-major index `k` into `sizes`, through `offset` and `strides`.
+/// Fused attention over its operands' storage (`super::attention`).
+fn attention(
+    st: &mut State,
+    id: BufferId,
+    spec: guardless_ir::loop_ir::Attention,
+    inputs: &[BufferId],
+    threads: usize,
+) -> Result<(), RunError> {
+    use super::attention::{Operand, Operands, Output, Sizes};
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    st.allocate(id)?;
+    let four = |st: &State, b: BufferId| -> Result<(Vec<i64>, i64, [isize; 4]), RunError> {
+        let x = &p.buffers[b.index()];
+        let sizes = st.sizes(x)?;
+        let (off, strides) = st.strides(x, &x.layout)?;
+        match <[i64; 4]>::try_from(strides.as_slice()) {
+            Ok(s) if sizes.len() == 4 => Ok((sizes, off, s.map(|v| v as isize))),
+            _ => Err(fail(
+                buf,
+                format!("attention operand {} is not 4-d", x.name),
+            )),
+        }
+    };
+    let operand = |st: &mut State, b: BufferId| -> Result<(Vec<i64>, Operand), RunError> {
+        let (sizes, offset, strides) = four(st, b)?;
+        Ok((
+            sizes,
+            Operand {
+                ptr: st.blocks[st.home[b.index()]].ptr() as *const u8,
+                dtype: p.buffers[b.index()].dtype,
+                offset: offset as isize,
+                strides,
+            },
+        ))
+    };
+    let (sq, q) = operand(st, inputs[0])?;
+    let (sk, k) = operand(st, inputs[1])?;
+    let (sv, v) = operand(st, inputs[2])?;
+    let mask = match inputs.get(3) {
+        Some(&m) => Some(operand(st, m)?.1),
+        None => None,
+    };
+    let (_, offset, strides) = four(st, id)?;
+    let out = Output {
+        ptr: st.blocks[st.home[id.index()]].ptr(),
+        dtype: buf.dtype,
+        offset: offset as isize,
+        strides,
+    };
+    let u = |x: i64| x.max(0) as usize;
+    let sizes = Sizes {
+        batch: u(sq[0]),
+        heads: u(sq[1]),
+        kv_heads: u(sk[1]),
+        lq: u(sq[2]),
+        lk: u(sk[2]),
+        d: u(sq[3]),
+        dv: u(sv[3]),
+    };
+    if sizes.kv_heads == 0 && sizes.heads > 0 || sizes.heads % sizes.kv_heads.max(1) != 0 {
+        return Err(fail(
+            buf,
+            format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                sizes.heads, sizes.kv_heads
+            ),
+        ));
+    }
+    let ops = Operands { q, k, v, mask, out };
+    // Safety: layouts were checked against their storage when allocated and read.
+    unsafe { super::attention::attention(spec, sizes, ops, threads) };
+    Ok(())
+}
+
 fn element_at(mut k: i64, sizes: &[i64], offset: i64, strides: &[i64]) -> i64 {
     let mut at = offset;
     for d in (0..sizes.len()).rev() {

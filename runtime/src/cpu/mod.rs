@@ -5,6 +5,8 @@
 //! Without the feature the whole schedule runs on the interpreter (`Program::run_plan`).
 
 #[cfg(feature = "llvm")]
+pub mod attention;
+#[cfg(feature = "llvm")]
 mod exec;
 #[cfg(feature = "llvm")]
 pub mod jit;

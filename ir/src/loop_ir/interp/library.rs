@@ -232,6 +232,9 @@ impl Program {
         storage: &Storage,
         b: &Bindings,
     ) -> R<Vec<V>> {
+        if let ExternKernel::Attention(spec) = kernel {
+            return self.attention(buf, spec, args, storage, b);
+        }
         let (a, m) = (args[0], args[1]);
         let (da, dm) = (self.sizes_of(a, b)?, self.sizes_of(m, b)?);
         let out_shape = self.sizes_of_buffer(buf, b)?;
@@ -336,6 +339,87 @@ impl Program {
             };
             out.push(store(buf.dtype, V::F(v)));
             next_index(&mut o, &out_shape);
+        }
+        Ok(out)
+    }
+
+    /// Attention in f64, one query row at a time: the row's scores, hidden keys at -inf, the
+    /// softmax, the weighted sum of the values, rounded once. A row with no visible key is 0.
+    fn attention(
+        &self,
+        buf: &Buffer,
+        spec: crate::loop_ir::Attention,
+        args: &[BufferId],
+        storage: &Storage,
+        b: &Bindings,
+    ) -> R<Vec<V>> {
+        let (q, k, v, mask) = (args[0], args[1], args[2], args.get(3).copied());
+        let (dq, dk, dv) = (
+            self.sizes_of(q, b)?,
+            self.sizes_of(k, b)?,
+            self.sizes_of(v, b)?,
+        );
+        let (bs, hq, lq, d) = (dq[0], dq[1], dq[2], dq[3]);
+        let (hk, lk, dvv) = (dk[1], dk[2], dv[3]);
+        if hk <= 0 && hq > 0 || hk > 0 && hq % hk != 0 {
+            return Err(format!(
+                "{hq} query heads are not a multiple of {hk} key/value heads"
+            ));
+        }
+        let group = if hk > 0 { hq / hk } else { 1 };
+        let scale = spec.scale(d);
+        let boolean =
+            mask.is_some_and(|m| self.buffers[m.index()].dtype == crate::graph::DType::Bool);
+        let read = |id: BufferId, idx: &[i64]| self.read_at(storage, id, idx, b);
+        let mut out = Vec::with_capacity((bs * hq * lq * dvv).max(0) as usize);
+        let mut scores = vec![0.0f64; lk.max(0) as usize];
+        for bi in 0..bs {
+            for h in 0..hq {
+                let kh = h / group;
+                for i in 0..lq {
+                    let mut top = f64::NEG_INFINITY;
+                    for j in 0..lk {
+                        let mut x = f64::NEG_INFINITY;
+                        if !(spec.causal && j > i) {
+                            let mut dot = 0.0;
+                            for t in 0..d {
+                                dot += read(q, &[bi, h, i, t])?.f() * read(k, &[bi, kh, j, t])?.f();
+                            }
+                            x = dot * scale;
+                            if let Some(m) = mask {
+                                let mv = read(m, &[bi, h, i, j])?;
+                                if boolean {
+                                    if mv.i() == 0 {
+                                        x = f64::NEG_INFINITY;
+                                    }
+                                } else {
+                                    x += mv.f();
+                                }
+                            }
+                        }
+                        scores[j as usize] = x;
+                        top = top.max(x);
+                    }
+                    let visible = top > f64::NEG_INFINITY;
+                    let total: f64 = if visible {
+                        scores.iter().map(|&x| (x - top).exp()).sum()
+                    } else {
+                        1.0
+                    };
+                    for c in 0..dvv {
+                        let mut acc = 0.0;
+                        if visible {
+                            for j in 0..lk {
+                                let w = (scores[j as usize] - top).exp() / total;
+                                if w != 0.0 {
+                                    acc += w * read(v, &[bi, kh, j, c])?.f();
+                                }
+                            }
+                        }
+                        out.push(store(buf.dtype, V::F(acc)));
+                    }
+                }
+            }
         }
         Ok(out)
     }

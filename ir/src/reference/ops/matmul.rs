@@ -79,6 +79,11 @@ pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
                     *lg = x;
                 }
                 let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                // A row with no visible key (all masked, or no keys) is 0, as in PyTorch.
+                if mx == f64::NEG_INFINITY {
+                    vals.extend((0..ev).map(|_| E::F(0.0)));
+                    continue;
+                }
                 let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
                 let total: f64 = ex.iter().sum();
                 for c in 0..ev {

@@ -1,0 +1,449 @@
+//! Fused attention on the host (`ExternKernel::Attention`): FlashAttention's loop without the
+//! score matrix in memory. A work item is one batch entry, one key/value head and a tile of
+//! `TILE_Q` query positions of every query head that reads that key/value head (grouped-query
+//! attention reads each key and value once per tile, for all of its query heads). Keys go by in
+//! tiles of `TILE_K`: the tile of keys and of values is widened into f32 (f64 for f64) scratch,
+//! the scores of the item's rows are one small product, hidden keys (the causal mask, a boolean
+//! mask) are -inf, and an online softmax rescales each row's running sum and output when its
+//! maximum grows; the output is divided by the sum once at the end. Tiles entirely above the
+//! causal diagonal are never visited. Memory beyond the output: a few tiles per thread, whatever
+//! the lengths. Products go through matrixmultiply; the exponentials through a polynomial that
+//! the compiler vectorizes (AVX2 + FMA when the CPU has them).
+
+use guardless_ir::graph::DType;
+use guardless_ir::loop_ir::Attention;
+use rayon::prelude::*;
+
+/// Query positions per work item (times the query heads of a key/value head).
+const TILE_Q: usize = 32;
+/// Keys per step of the online softmax.
+const TILE_K: usize = 128;
+/// Multiply-adds below which the whole step runs on the calling thread.
+const PARALLEL_WORK: usize = 1 << 16;
+
+/// A 4-dimensional operand `[B, H, L, D]` in storage: element `(b, h, l, d)` at
+/// `offset + b·strides[0] + h·strides[1] + l·strides[2] + d·strides[3]` (elements of `dtype`).
+#[derive(Copy, Clone, Debug)]
+pub struct Operand {
+    pub ptr: *const u8,
+    pub dtype: DType,
+    pub offset: isize,
+    pub strides: [isize; 4],
+}
+
+// Safety: operands are read only, each by the work items that need them.
+unsafe impl Send for Operand {}
+unsafe impl Sync for Operand {}
+
+impl Operand {
+    /// The element at `at` (in elements from the storage's start), widened.
+    #[inline(always)]
+    unsafe fn get<T: Real>(&self, at: isize) -> T {
+        let p = self.ptr;
+        match self.dtype {
+            DType::F32 => T::of_f32(*(p as *const f32).offset(at)),
+            DType::F64 => T::of_f64(*(p as *const f64).offset(at)),
+            DType::F16 => T::of_f32(half::f16::from_bits(*(p as *const u16).offset(at)).to_f32()),
+            DType::BF16 => T::of_f32(half::bf16::from_bits(*(p as *const u16).offset(at)).to_f32()),
+            DType::Bool | DType::U8 => T::of_f32(f32::from(*p.offset(at))),
+            DType::I8 => T::of_f32(f32::from(*(p as *const i8).offset(at))),
+            DType::I32 => T::of_f64(f64::from(*(p as *const i32).offset(at))),
+            DType::I64 => T::of_f64(*(p as *const i64).offset(at) as f64),
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, b: usize, h: usize, l: usize, d: usize) -> isize {
+        self.offset
+            + b as isize * self.strides[0]
+            + h as isize * self.strides[1]
+            + l as isize * self.strides[2]
+            + d as isize * self.strides[3]
+    }
+}
+
+/// The output `[B, Hq, Lq, Dv]`, written in place.
+#[derive(Copy, Clone, Debug)]
+pub struct Output {
+    pub ptr: *mut u8,
+    pub dtype: DType,
+    pub offset: isize,
+    pub strides: [isize; 4],
+}
+
+// Safety: work items write disjoint rows.
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+/// The sizes of one call: batch, query heads, key/value heads, query length, key length, head
+/// dimension of queries and keys, head dimension of values.
+#[derive(Copy, Clone, Debug)]
+pub struct Sizes {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub lq: usize,
+    pub lk: usize,
+    pub d: usize,
+    pub dv: usize,
+}
+
+/// The operands of one call.
+#[derive(Copy, Clone, Debug)]
+pub struct Operands {
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    pub mask: Option<Operand>,
+    pub out: Output,
+}
+
+/// Computes the attention of `ops` (sizes `s`; `s.heads` a multiple of `s.kv_heads`) on up to
+/// `threads` threads of rayon's pool.
+///
+/// # Safety
+/// Every element the operands' layouts address at sizes `s` lies inside its storage, and the
+/// output's rows are distinct elements.
+pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize) {
+    if s.batch == 0 || s.heads == 0 || s.lq == 0 || s.dv == 0 {
+        return;
+    }
+    let group = s.heads / s.kv_heads.max(1);
+    let tiles = s.lq.div_ceil(TILE_Q);
+    let items = s.batch * s.kv_heads * tiles;
+    let run = |item: usize| {
+        let (b, rest) = (item / (s.kv_heads * tiles), item % (s.kv_heads * tiles));
+        let (kh, tile) = (rest / tiles, rest % tiles);
+        let q0 = tile * TILE_Q;
+        let rows = Rows {
+            b,
+            kh,
+            group,
+            q0,
+            tq: TILE_Q.min(s.lq - q0),
+        };
+        // Safety: the caller's promise, for this item's rows.
+        unsafe {
+            if ops.q.dtype == DType::F64 {
+                item_f64(spec, s, ops, rows)
+            } else {
+                item_f32(spec, s, ops, rows)
+            }
+        }
+    };
+    let work = s.batch * s.heads * s.lq * s.lk * (s.d + s.dv);
+    if threads > 1 && items > 1 && work >= PARALLEL_WORK {
+        (0..items).into_par_iter().with_max_len(1).for_each(run);
+    } else {
+        (0..items).for_each(run);
+    }
+}
+
+/// The rows of one work item: batch entry `b`, key/value head `kh`, query positions
+/// `q0..q0 + tq` of each of its `group` query heads (row `hh·tq + i` is head `kh·group + hh`,
+/// position `q0 + i`).
+#[derive(Copy, Clone, Debug)]
+struct Rows {
+    b: usize,
+    kh: usize,
+    group: usize,
+    q0: usize,
+    tq: usize,
+}
+
+unsafe fn item_f32(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        return item_avx2(spec, s, ops, rows);
+    }
+    item::<f32>(spec, s, ops, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn item_avx2(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
+    item::<f32>(spec, s, ops, rows)
+}
+
+unsafe fn item_f64(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
+    item::<f64>(spec, s, ops, rows)
+}
+
+/// One work item: the online softmax over the key tiles its rows can see.
+#[inline(always)]
+unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
+    let (d, dv) = (s.d, s.dv);
+    let n = r.group * r.tq;
+    let head = |row: usize| r.kh * r.group + row / r.tq;
+    let pos = |row: usize| r.q0 + row % r.tq;
+    let scale = T::of_f64(spec.scale(d as i64));
+    // The rows' queries, scaled.
+    let mut q = vec![T::ZERO; n * d];
+    for row in 0..n {
+        for t in 0..d {
+            q[row * d + t] = ops.q.get::<T>(ops.q.at(r.b, head(row), pos(row), t)) * scale;
+        }
+    }
+    let mut out = vec![T::ZERO; n * dv];
+    let mut top = vec![T::NEG_INFINITY; n];
+    let mut sum = vec![T::ZERO; n];
+    let mut kt = vec![T::ZERO; TILE_K * d];
+    let mut vt = vec![T::ZERO; TILE_K * dv];
+    let mut scores = vec![T::ZERO; n * TILE_K];
+    // The causal mask hides every key past the item's last query position.
+    let keys = if spec.causal {
+        s.lk.min(r.q0 + r.tq)
+    } else {
+        s.lk
+    };
+    let boolean = ops.mask.is_some_and(|m| m.dtype == DType::Bool);
+    for k0 in (0..keys).step_by(TILE_K) {
+        let tk = TILE_K.min(keys - k0);
+        for j in 0..tk {
+            for t in 0..d {
+                kt[j * d + t] = ops.k.get::<T>(ops.k.at(r.b, r.kh, k0 + j, t));
+            }
+            for c in 0..dv {
+                vt[j * dv + c] = ops.v.get::<T>(ops.v.at(r.b, r.kh, k0 + j, c));
+            }
+        }
+        // scores[row][j] = q[row] · k[j]
+        T::product(
+            (n, d, tk),
+            (q.as_ptr(), d as isize, 1),
+            (kt.as_ptr(), 1, d as isize),
+            T::ZERO,
+            (scores.as_mut_ptr(), TILE_K as isize),
+        );
+        for row in 0..n {
+            let line = &mut scores[row * TILE_K..row * TILE_K + tk];
+            if let Some(m) = ops.mask {
+                let at = m.at(r.b, head(row), pos(row), k0);
+                for (j, x) in line.iter_mut().enumerate() {
+                    let mv = m.get::<T>(at + j as isize * m.strides[3]);
+                    *x = if !boolean {
+                        *x + mv
+                    } else if mv == T::ZERO {
+                        T::NEG_INFINITY
+                    } else {
+                        *x
+                    };
+                }
+            }
+            if spec.causal && k0 + tk > pos(row) + 1 {
+                let first_hidden = (pos(row) + 1).saturating_sub(k0);
+                line[first_hidden..].fill(T::NEG_INFINITY);
+            }
+            let new_top = line.iter().fold(top[row], |a, &x| a.max(x));
+            if new_top == T::NEG_INFINITY {
+                // Nothing visible yet: the row's weights for this tile are all 0.
+                line.fill(T::ZERO);
+                continue;
+            }
+            let shrink = (top[row] - new_top).exp_fast();
+            top[row] = new_top;
+            let mut tile_sum = T::ZERO;
+            for x in line.iter_mut() {
+                *x = (*x - new_top).exp_fast();
+                tile_sum += *x;
+            }
+            sum[row] = sum[row] * shrink + tile_sum;
+            if shrink != T::ONE {
+                out[row * dv..(row + 1) * dv]
+                    .iter_mut()
+                    .for_each(|o| *o *= shrink);
+            }
+        }
+        // out[row] += weights[row] · v
+        T::product(
+            (n, tk, dv),
+            (scores.as_ptr(), TILE_K as isize, 1),
+            (vt.as_ptr(), dv as isize, 1),
+            T::ONE,
+            (out.as_mut_ptr(), dv as isize),
+        );
+    }
+    for row in 0..n {
+        // A row with no visible key is 0, as in PyTorch.
+        let inv = if sum[row] > T::ZERO {
+            T::ONE / sum[row]
+        } else {
+            T::ZERO
+        };
+        let at = ops.out.offset
+            + r.b as isize * ops.out.strides[0]
+            + head(row) as isize * ops.out.strides[1]
+            + pos(row) as isize * ops.out.strides[2];
+        for c in 0..dv {
+            T::put(
+                ops.out,
+                at + c as isize * ops.out.strides[3],
+                out[row * dv + c] * inv,
+            );
+        }
+    }
+}
+
+/// The compute type: f32 (for f32, f16 and bf16 operands) or f64.
+trait Real:
+    Copy
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::AddAssign
+    + std::ops::MulAssign
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INFINITY: Self;
+    fn of_f32(x: f32) -> Self;
+    fn of_f64(x: f64) -> Self;
+    fn max(self, other: Self) -> Self;
+    /// `e^x`, 0 for -inf.
+    fn exp_fast(self) -> Self;
+    /// `c = a·b + beta·c` for `a`: m×k, `b`: k×n, `c`: m×n, each `(pointer, row stride,
+    /// column stride)` (`c` with unit column stride).
+    unsafe fn product(
+        mkn: (usize, usize, usize),
+        a: (*const Self, isize, isize),
+        b: (*const Self, isize, isize),
+        beta: Self,
+        c: (*mut Self, isize),
+    );
+    /// Stores `x` rounded to the output's dtype at element `at`.
+    unsafe fn put(out: Output, at: isize, x: Self);
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    const NEG_INFINITY: f32 = f32::NEG_INFINITY;
+    fn of_f32(x: f32) -> f32 {
+        x
+    }
+    fn of_f64(x: f64) -> f32 {
+        x as f32
+    }
+    #[inline(always)]
+    fn max(self, other: f32) -> f32 {
+        // Not f32::max: a NaN score stays NaN, as the reference's softmax gives.
+        if other > self || other.is_nan() {
+            other
+        } else {
+            self
+        }
+    }
+    #[inline(always)]
+    fn exp_fast(self) -> f32 {
+        exp_f32(self)
+    }
+    unsafe fn product(
+        (m, k, n): (usize, usize, usize),
+        a: (*const f32, isize, isize),
+        b: (*const f32, isize, isize),
+        beta: f32,
+        c: (*mut f32, isize),
+    ) {
+        matrixmultiply::sgemm(
+            m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, 1,
+        );
+    }
+    unsafe fn put(out: Output, at: isize, x: f32) {
+        let p = out.ptr;
+        match out.dtype {
+            DType::F16 => *(p as *mut u16).offset(at) = half::f16::from_f32(x).to_bits(),
+            DType::BF16 => *(p as *mut u16).offset(at) = half::bf16::from_f32(x).to_bits(),
+            DType::F64 => *(p as *mut f64).offset(at) = f64::from(x),
+            _ => *(p as *mut f32).offset(at) = x,
+        }
+    }
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    const NEG_INFINITY: f64 = f64::NEG_INFINITY;
+    fn of_f32(x: f32) -> f64 {
+        f64::from(x)
+    }
+    fn of_f64(x: f64) -> f64 {
+        x
+    }
+    fn max(self, other: f64) -> f64 {
+        if other > self || other.is_nan() {
+            other
+        } else {
+            self
+        }
+    }
+    fn exp_fast(self) -> f64 {
+        self.exp()
+    }
+    unsafe fn product(
+        (m, k, n): (usize, usize, usize),
+        a: (*const f64, isize, isize),
+        b: (*const f64, isize, isize),
+        beta: f64,
+        c: (*mut f64, isize),
+    ) {
+        matrixmultiply::dgemm(
+            m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, 1,
+        );
+    }
+    unsafe fn put(out: Output, at: isize, x: f64) {
+        *(out.ptr as *mut f64).offset(at) = x;
+    }
+}
+
+/// `e^x` in f32 to about 2 ulp, branch-free so that loops over it vectorize: `x = n·ln 2 + r`
+/// with `|r| ≤ ln 2 / 2`, `e^r` by a degree-6 polynomial, `2^n` through the exponent bits.
+/// Below -87.3 (where `e^x` leaves the normal range) the result is 0; NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let xc = x.clamp(-87.3, 88.7);
+    let n = (xc * LOG2E).round();
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    // Taylor coefficients of e^r to r^6: the error at |r| = 0.347 is below 2^-24 relative.
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let y = p * scale;
+    if x < -87.3 {
+        0.0
+    } else if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_f32;
+
+    #[test]
+    fn the_polynomial_exponential_is_within_a_few_ulp() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (f64::from(exp_f32(x)), f64::from(x).exp());
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.013;
+        }
+        assert!(
+            worst < 4.0 * f64::from(f32::EPSILON),
+            "relative error {worst}"
+        );
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(0.0), 1.0);
+    }
+}
