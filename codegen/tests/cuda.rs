@@ -500,6 +500,45 @@ fn grouped_mm_functions_compile_for_sm90() {
     }
 }
 
+#[test]
+fn attention_functions_compile_for_sm90_in_each_tile_form() {
+    let Some(include) = toolchain() else { return };
+    let options = nvrtc::options("sm_90", &include);
+    // Head dims 64/80/96/128 (16 × 32 tiles), 200/256 (8 × 16), f64 (8 × 16); causal, masks.
+    for (dtype, d, dv, causal, mask) in [
+        ("f32", 64, 64, true, ""),
+        ("bf16", 128, 128, true, "bool"),
+        ("f16", 80, 80, false, "f16"),
+        ("bf16", 96, 96, true, ""),
+        ("bf16", 256, 256, true, ""),
+        ("f32", 256, 200, false, "bool"),
+        ("f64", 64, 64, true, "f64"),
+    ] {
+        let (mask_input, mask_arg) = match mask {
+            "" => (String::new(), ""),
+            m => (
+                format!(r#", {{"name": "m", "dtype": "{m}", "shape": ["u0", "u1"]}}"#),
+                r#", "attn_mask": {"tensor": "m"}"#,
+            ),
+        };
+        let m = cuda_of(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "attention",
+            "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000}}, {{"name": "u1", "kind": "unbacked", "max": 100000}}],
+            "inputs": [{{"name": "q", "dtype": "{dtype}", "shape": [2, 8, "u0", {d}]}}, {{"name": "k", "dtype": "{dtype}", "shape": [2, 2, "u1", {d}]}},
+                       {{"name": "v", "dtype": "{dtype}", "shape": [2, 2, "u1", {dv}]}}{mask_input}],
+            "nodes": [{{"name": "out", "op": "aten.scaled_dot_product_attention.default",
+                        "args": {{"query": {{"tensor": "q"}}, "key": {{"tensor": "k"}}, "value": {{"tensor": "v"}}, "is_causal": {causal}, "enable_gqa": true{mask_arg}}}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#
+        ));
+        let what = format!("{dtype} d = {d}, dv = {dv}, causal {causal}, mask {mask:?}");
+        assert!(
+            m.entries.iter().any(|e| e.name.starts_with("attention")),
+            "{what}: no attention function"
+        );
+        compiles_without_spills(&what, &m, &options);
+    }
+}
+
 /// Names reach generated code only through `text::comment` and `text::identifier`: buffer and
 /// node names carrying a newline and a preprocessor line (put in after reading, which refuses
 /// them) leave no line of the source that is not code the generator wrote, and the source

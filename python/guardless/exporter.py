@@ -77,8 +77,12 @@ class Exported:
 
 
 def _decompositions():
+    # Attention stays one op (guardless fuses it): `scaled_dot_product_attention` as exported, or
+    # the fused form a `torch.compile` trace dispatches it to (on the CPU the flash kernel, which
+    # the default table would decompose into matmuls and a softmax).
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return table
 
 

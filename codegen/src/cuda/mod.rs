@@ -2,6 +2,7 @@
 //! `extern "C"` function per kernel variant — rendered from the Tera templates in `templates/`
 //! (embedded in the binary). Dynamic sizes are `long long` parameters; static ones constants.
 
+pub mod attention;
 mod body;
 pub mod grouped_mm;
 mod hoist;
@@ -16,7 +17,7 @@ mod tree;
 
 use std::fmt::Write;
 
-use guardless_ir::loop_ir::{BufferKind, Program};
+use guardless_ir::loop_ir::{BufferKind, ExternKernel, Program};
 use guardless_ir::sym::{CPrinter, SymbolId};
 use rustc_hash::FxHashSet;
 use serde::Serialize;
@@ -39,6 +40,7 @@ const LINES: &str = include_str!("../../../templates/lines.cu");
 const RADIX: &str = include_str!("../../../templates/radix.cu");
 const LINE_BLOCK: &str = include_str!("../../../templates/line_block.cu");
 const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
+const ATTENTION: &str = include_str!("../../../templates/attention.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -194,6 +196,7 @@ fn engine() -> Tera {
         ("per_element.cu", PER_ELEMENT),
         ("select.cu", SELECT),
         ("grouped_mm.cu", GROUPED_MM),
+        ("attention.cu", ATTENTION),
         ("line_block.cu", LINE_BLOCK),
         ("lines.cu", LINES),
         ("radix.cu", RADIX),
@@ -308,6 +311,13 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
                 "select",
                 select::render(p, &tera, ENTRY, b, &pointers).to_vec(),
             ),
+            BufferKind::Extern {
+                kernel: ExternKernel::Attention(_),
+                ..
+            } => match attention::render(p, &tera, ENTRY, b, &pointers) {
+                Some(f) => ("attention", f.to_vec()),
+                None => continue,
+            },
             BufferKind::Extern { .. } => {
                 match grouped_mm::render(p, &tera, ENTRY, b, &pointers, &mut errors) {
                     Some(f) => ("grouped_mm", f.to_vec()),

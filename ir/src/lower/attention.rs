@@ -42,6 +42,42 @@ fn head_ratio(l: &mut Lowerer, hq: Expr, hk: Expr) -> Option<i64> {
 /// (never expanded), the causal mask and the scale applied inside the step. No score matrix
 /// is stored. Inference only: a non-zero dropout is an error.
 pub(super) fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    attention(l, n, "attn_mask")
+}
+
+/// The fused forms PyTorch's `scaled_dot_product_attention` dispatches to (what a
+/// `torch.compile` backend sees once the op is chosen for a device):
+/// `_scaled_dot_product_flash_attention_for_cpu`, `_scaled_dot_product_flash_attention`,
+/// `_scaled_dot_product_efficient_attention`, `_scaled_dot_product_cudnn_attention`. Their first
+/// output is the attention; the others (the log-sum-exp, sequence offsets, random state) serve
+/// the backward and are not computed: a graph that reads one is refused.
+pub(super) fn fused(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor>> {
+    let (mask, outputs) = match name {
+        "_scaled_dot_product_flash_attention_for_cpu" => ("attn_mask", 2),
+        "_scaled_dot_product_flash_attention" => ("", 9),
+        _ => ("attn_bias", if name.contains("cudnn") { 9 } else { 4 }),
+    };
+    let me = l.current;
+    let read = |r: &crate::graph::TensorRef| {
+        r.producer == crate::graph::Producer::Node(me) && r.index.unwrap_or(0) > 0
+    };
+    let used = l.graph.nodes.iter().any(|m| {
+        m.args
+            .iter()
+            .any(|a| a.tensor_refs().any(|r| read(r)))
+    }) || l.graph.outputs.iter().any(|o| read(&o.tensor));
+    if used {
+        return msg(format!(
+            "only the attention (output 0) of {name} is computed: its other outputs (the \
+             log-sum-exp, offsets, random state) serve the backward, which guardless does not run"
+        ));
+    }
+    let out = attention(l, n, mask)?;
+    Ok(vec![out; outputs])
+}
+
+/// Attention with its mask (if any) in argument `mask_arg`.
+fn attention(l: &mut Lowerer, n: &GraphNode, mask_arg: &str) -> R<LTensor> {
     let (q, k, v) = (
         tensor(l, n, "query")?,
         tensor(l, n, "key")?,
@@ -101,9 +137,9 @@ pub(super) fn sdpa(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     };
     let causal = matches!(n.arg("is_causal"), Some(Arg::Bool(true)));
     let mut inputs = vec![q, k, v];
-    match n.arg("attn_mask") {
+    match n.arg(mask_arg) {
         Some(Arg::Tensor(_)) => {
-            let mask = tensor(l, n, "attn_mask")?;
+            let mask = tensor(l, n, mask_arg)?;
             if mask.dtype != DType::Bool && !mask.dtype.is_float() {
                 return msg(format!(
                     "attn_mask: expected a boolean or floating-point mask, found {}",

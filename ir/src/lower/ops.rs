@@ -65,6 +65,10 @@ fn lower_op(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "native_layer_norm" | "rms_norm" => norms::layer_norm(l, n, name),
         "var" | "var_mean" => reductions::var(l, n, name),
         "scaled_dot_product_attention" => one(attention::sdpa(l, n)),
+        "_scaled_dot_product_flash_attention_for_cpu"
+        | "_scaled_dot_product_flash_attention"
+        | "_scaled_dot_product_efficient_attention"
+        | "_scaled_dot_product_cudnn_attention" => attention::fused(l, n, name),
         "_softmax" | "_log_softmax" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;

@@ -649,7 +649,11 @@ fn node_outputs(
             reductions::arg_reduce(&n, name)
         }
         "native_layer_norm" | "rms_norm" | "var" | "var_mean" => norms::moments(&n, name),
-        "scaled_dot_product_attention" => matmul::sdpa(&n),
+        "scaled_dot_product_attention" => matmul::sdpa(&n, "attn_mask", 1),
+        "_scaled_dot_product_flash_attention_for_cpu" => matmul::sdpa(&n, "attn_mask", 2),
+        "_scaled_dot_product_flash_attention" => matmul::sdpa(&n, "", 9),
+        "_scaled_dot_product_efficient_attention" => matmul::sdpa(&n, "attn_bias", 4),
+        "_scaled_dot_product_cudnn_attention" => matmul::sdpa(&n, "attn_bias", 9),
         "_softmax" | "_log_softmax" => reductions::softmax(&n, name),
         "view" | "reshape" | "_unsafe_view" => views::view(&n, name),
         "permute" | "transpose" | "t" => views::permute(&n, name),

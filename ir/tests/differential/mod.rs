@@ -3,6 +3,7 @@
 //! per-dtype tolerances.
 #![allow(dead_code)]
 
+pub mod attention;
 pub mod cases;
 pub mod layers;
 pub mod random;

@@ -52,6 +52,39 @@ impl Operand {
         }
     }
 
+    /// Elements `at + i·stride` for `i < dst.len()`, widened into `dst` (one dtype dispatch per
+    /// row; a unit stride of f32 is a plain copy the compiler vectorizes).
+    #[inline(always)]
+    unsafe fn row<T: Real>(&self, at: isize, stride: isize, dst: &mut [T]) {
+        let p = self.ptr;
+        match self.dtype {
+            DType::F32 => {
+                let p = (p as *const f32).offset(at);
+                if stride == 1 {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = T::of_f32(*p.add(i));
+                    }
+                } else {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = T::of_f32(*p.offset(i as isize * stride));
+                    }
+                }
+            }
+            DType::BF16 => {
+                let p = (p as *const u16).offset(at);
+                for (i, d) in dst.iter_mut().enumerate() {
+                    let bits = u32::from(*p.offset(i as isize * stride)) << 16;
+                    *d = T::of_f32(f32::from_bits(bits));
+                }
+            }
+            _ => {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = self.get::<T>(at + i as isize * stride);
+                }
+            }
+        }
+    }
+
     #[inline(always)]
     fn at(&self, b: usize, h: usize, l: usize, d: usize) -> isize {
         self.offset
@@ -179,10 +212,10 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
     let scale = T::of_f64(spec.scale(d as i64));
     // The rows' queries, scaled.
     let mut q = vec![T::ZERO; n * d];
-    for row in 0..n {
-        for t in 0..d {
-            q[row * d + t] = ops.q.get::<T>(ops.q.at(r.b, head(row), pos(row), t)) * scale;
-        }
+    for (row, line) in q.chunks_exact_mut(d).enumerate() {
+        ops.q
+            .row(ops.q.at(r.b, head(row), pos(row), 0), ops.q.strides[3], line);
+        line.iter_mut().for_each(|x| *x *= scale);
     }
     let mut out = vec![T::ZERO; n * dv];
     let mut top = vec![T::NEG_INFINITY; n];
@@ -200,12 +233,9 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
     for k0 in (0..keys).step_by(TILE_K) {
         let tk = TILE_K.min(keys - k0);
         for j in 0..tk {
-            for t in 0..d {
-                kt[j * d + t] = ops.k.get::<T>(ops.k.at(r.b, r.kh, k0 + j, t));
-            }
-            for c in 0..dv {
-                vt[j * dv + c] = ops.v.get::<T>(ops.v.at(r.b, r.kh, k0 + j, c));
-            }
+            let (k, v) = (&ops.k, &ops.v);
+            k.row(k.at(r.b, r.kh, k0 + j, 0), k.strides[3], &mut kt[j * d..(j + 1) * d]);
+            v.row(v.at(r.b, r.kh, k0 + j, 0), v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
         }
         // scores[row][j] = q[row] · k[j]
         T::product(
@@ -234,7 +264,7 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
                 let first_hidden = (pos(row) + 1).saturating_sub(k0);
                 line[first_hidden..].fill(T::NEG_INFINITY);
             }
-            let new_top = line.iter().fold(top[row], |a, &x| a.max(x));
+            let new_top = maximum(line, top[row]);
             if new_top == T::NEG_INFINITY {
                 // Nothing visible yet: the row's weights for this tile are all 0.
                 line.fill(T::ZERO);
@@ -242,12 +272,8 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
             }
             let shrink = (top[row] - new_top).exp_fast();
             top[row] = new_top;
-            let mut tile_sum = T::ZERO;
-            for x in line.iter_mut() {
-                *x = (*x - new_top).exp_fast();
-                tile_sum += *x;
-            }
-            sum[row] = sum[row] * shrink + tile_sum;
+            line.iter_mut().for_each(|x| *x = (*x - new_top).exp_fast());
+            sum[row] = sum[row] * shrink + total(line);
             if shrink != T::ONE {
                 out[row * dv..(row + 1) * dv]
                     .iter_mut()
@@ -265,7 +291,7 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
     }
     for row in 0..n {
         // A row with no visible key is 0, as in PyTorch.
-        let inv = if sum[row] > T::ZERO {
+        let inv = if sum[row] != T::ZERO {
             T::ONE / sum[row]
         } else {
             T::ZERO
@@ -282,6 +308,38 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
             );
         }
     }
+}
+
+/// Lanes of the partial maxima and sums below: independent chains the compiler keeps in one
+/// vector register (a single running value is a sequential chain it may not reorder).
+const LANES: usize = 8;
+
+/// The largest of `xs` and `start`; NaN if any is NaN.
+#[inline(always)]
+fn maximum<T: Real>(xs: &[T], start: T) -> T {
+    let mut m = [start; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            m[l] = m[l].max(c[l]);
+        }
+    }
+    let tail = chunks.remainder().iter().fold(start, |a, &x| a.max(x));
+    m.iter().fold(tail, |a, &x| a.max(x))
+}
+
+/// The sum of `xs`, in `LANES` partial sums.
+#[inline(always)]
+fn total<T: Real>(xs: &[T]) -> T {
+    let mut s = [T::ZERO; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            s[l] += c[l];
+        }
+    }
+    let tail = chunks.remainder().iter().fold(T::ZERO, |a, &x| a + x);
+    s.iter().fold(tail, |a, &x| a + x)
 }
 
 /// The compute type: f32 (for f32, f16 and bf16 operands) or f64.

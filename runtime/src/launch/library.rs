@@ -56,6 +56,16 @@ impl<D: Device> Session<'_, D> {
                     part(Part::Write),
                 );
             }
+            (
+                BufferKind::Extern {
+                    kernel: ExternKernel::Attention(_),
+                    inputs,
+                },
+                ..,
+            ) if part(Part::Tiled).is_some() => {
+                let tiled = part(Part::Tiled).expect("checked");
+                return self.device_attention(dev_, id, inputs, tiled);
+            }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write, part(Part::Block), part(Part::Tiled))? =>
             {
@@ -212,6 +222,34 @@ impl<D: Device> Session<'_, D> {
             (None, Some(write)) => (write, blocks(sizes.iter().product(), THREADS)),
             (None, None) => unreachable!("the caller checked for an entry"),
         };
+        self.launch(dev_, entry, grid, THREADS, &bad)
+    }
+
+    /// Fused attention on the device: a block per tile of rows of each key/value head.
+    fn device_attention(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        inputs: &[BufferId],
+        entry: usize,
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::attention::{blocks, tile, THREADS};
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let bad = |m| fail(buf, m);
+        self.allocate(dev_, id)?;
+        let sq = self.sizes(&p.buffers[inputs[0].index()])?;
+        let sk = self.sizes(&p.buffers[inputs[1].index()])?;
+        let sv = self.sizes(&p.buffers[inputs[2].index()])?;
+        let t = tile(buf.dtype, sq[3], sv[3])
+            .ok_or_else(|| bad("no device form for these head dimensions".into()))?;
+        if sk[1] <= 0 && sq[1] > 0 || sk[1] > 0 && sq[1] % sk[1] != 0 {
+            return Err(bad(format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                sq[1], sk[1]
+            )));
+        }
+        let grid = blocks(t, sq[0], sq[1], sk[1], sq[2]);
         self.launch(dev_, entry, grid, THREADS, &bad)
     }
 

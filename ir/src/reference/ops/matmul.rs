@@ -7,7 +7,10 @@ use crate::graph::{Arg, DType};
 use crate::tensor::HostTensor;
 
 /// `scaled_dot_product_attention`: scores, mask, softmax and the weighted sum, in f64.
-pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
+/// `scaled_dot_product_attention` (its mask in `mask_arg`); the fused forms' other outputs
+/// (`outputs` in all) serve the backward: the lowering refuses graphs that read them, and here
+/// they repeat the attention.
+pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor>> {
     let (q, k, v) = (n.tensor("query")?, n.tensor("key")?, n.tensor("value")?);
     if q.dtype != k.dtype || q.dtype != v.dtype {
         return fail(format!(
@@ -44,7 +47,7 @@ pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
         _ => 1.0 / (e as f64).sqrt(),
     };
     let causal = n.flag("is_causal");
-    let mask = match n.node.arg("attn_mask") {
+    let mask = match n.node.arg(mask_arg) {
         Some(Arg::Tensor(r)) => Some((n.get)(r)),
         _ => None,
     };
@@ -97,7 +100,8 @@ pub(super) fn sdpa(n: &Node) -> R<Vec<HostTensor>> {
     }
     let mut shape = q.shape[..rank - 1].to_vec();
     shape.push(ev);
-    out(build(q.dtype, shape, vals))
+    let attention = build(q.dtype, shape, vals);
+    Ok(vec![attention; outputs])
 }
 
 /// `mm`, `bmm`, `addmm`.

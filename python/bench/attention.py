@@ -1,0 +1,110 @@
+"""Attention on the CPU: guardless's fused attention step against PyTorch's own CPU
+`scaled_dot_product_attention` (its flash-attention kernel) and its math backend (the decomposed
+form: scores, softmax, product), in one run, f32, interleaved rounds, medians.
+
+B = 1, Hq = 8, Hkv = 2 (grouped-query), D = 64 by default; causal and not; the function
+`F.scaled_dot_product_attention(q, k, v, is_causal=…, enable_gqa=True, scale=D ** -0.5)` compiled once by guardless
+(`torch.compile(..., backend=guardless.backend, dynamic=True)`: every length served by one
+compile) and called at each length. Prints per case the medians (ms), the ratios, and whether
+guardless's output matches PyTorch's (torch.testing's f32 tolerance).
+
+    source .tools/env   # and a release build of the binding: maturin develop --release --skip-install
+    .tools/torch-venv/bin/python python/bench/attention.py [--lengths 512 4096] [--threads 2]
+
+`--package DIR` imports guardless from DIR (another build of the binding, e.g. one with the
+decomposed attention, to compare against).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lengths", nargs="+", type=int, default=[512, 4096])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--package", default=os.path.join(ROOT, "python"))
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    args = p.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sys.path.insert(0, args.package)
+    import guardless
+
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+
+    # The scale stated, as models state it: with `dynamic=True` the head dimension is a symbol,
+    # and the default scale would be computed from it in the graph.
+    scale = args.head_dim ** -0.5
+
+    def causal_attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+
+    def full_attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True, scale=scale)
+
+    def math(fn):
+        def run(q, k, v):
+            with sdpa_kernel(SDPBackend.MATH):
+                return fn(q, k, v)
+        return run
+
+    results = []
+    for causal in (False, True):
+        fn = causal_attention if causal else full_attention
+        compiled = torch.compile(fn, backend=guardless.backend, dynamic=True)
+        contestants = {"torch": fn, "torch_math": math(fn), "guardless": compiled}
+        for n in args.lengths:
+            g = torch.Generator().manual_seed(n)
+            q = torch.randn(1, args.heads, n, args.head_dim, generator=g)
+            k = torch.randn(1, args.kv_heads, n, args.head_dim, generator=g)
+            v = torch.randn(1, args.kv_heads, n, args.head_dim, generator=g)
+            with torch.no_grad():
+                want = fn(q, k, v)
+                got = compiled(q, k, v)
+                try:
+                    torch.testing.assert_close(got, want)
+                    same = True
+                except AssertionError:
+                    same = False
+                times = {who: [] for who in contestants}
+                for _ in range(args.repeats):
+                    for who, f in contestants.items():
+                        t = time.perf_counter()
+                        f(q, k, v)
+                        times[who].append(time.perf_counter() - t)
+            ms = {w: 1000 * statistics.median(v) for w, v in times.items()}
+            results.append({"causal": causal, "length": n, "ms": ms, "same": same})
+    fallbacks = [f.reason for f in guardless.fallbacks()]
+    if args.json:
+        print(json.dumps({"results": results, "fallbacks": fallbacks}))
+        return
+    print(f"B=1 Hq={args.heads} Hkv={args.kv_heads} D={args.head_dim} f32, {args.threads} threads, "
+          f"medians of {args.repeats} interleaved rounds (ms)")
+    print("| causal | L | torch (flash) | torch (math) | guardless | guardless / torch | math / guardless | matches |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in results:
+        ms = r["ms"]
+        print(f"| {r['causal']} | {r['length']} | {ms['torch']:.2f} | {ms['torch_math']:.2f} | "
+              f"{ms['guardless']:.2f} | {ms['guardless'] / ms['torch']:.2f} | "
+              f"{ms['torch_math'] / ms['guardless']:.1f} | {r['same']} |")
+    if fallbacks:
+        print("fallbacks:", fallbacks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+// {{ name }}: {{ nodes }}
+// Fused attention: a block of {{ threads }} threads per {{ br }} rows (a query position of one of
+// the query heads of one key/value head, position-major), keys in tiles of {{ tk }} through shared
+// memory, an online softmax in {{ acc }}; no score leaves the block.
+extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+{{ symbols }}
+  const long long gl_kv_heads = {{ kv_heads }};
+  const long long gl_group = ({{ heads }}) / gl_kv_heads;
+  const long long gl_rows = gl_group * ({{ lq }});
+  const long long gl_lk = {{ lk }};
+  const long long gl_tiles = (gl_rows + {{ br_last }}) / {{ br }};
+  const long long gl_block = blockIdx.x;
+  const long long {{ b }} = gl_block / (gl_kv_heads * gl_tiles);
+  const long long {{ kh }} = gl_block / gl_tiles % gl_kv_heads;
+  const long long gl_row0 = gl_block % gl_tiles * {{ br }};
+  const {{ acc }} gl_ninf = {{ ninf }};
+  __shared__ {{ acc }} gl_q[{{ br }}][{{ d }}];
+  __shared__ {{ acc }} gl_k[{{ tk }}][{{ d_pad }}];
+  __shared__ {{ acc }} gl_v[{{ tk }}][{{ dv }}];
+  __shared__ {{ acc }} gl_p[{{ br }}][{{ tk }}];
+  __shared__ {{ acc }} gl_top[{{ br }}], gl_sum[{{ br }}], gl_shrink[{{ br }}];
+  // The rows' queries, scaled (rows past the last are 0 and never stored).
+  for (int gl_i = threadIdx.x; gl_i < {{ br_d }}; gl_i += {{ threads }}) {
+    const long long gl_row = gl_row0 + gl_i / {{ d }};
+    {{ acc }} gl_x = 0;
+    if (gl_row < gl_rows) {
+      const long long {{ pos }} = gl_row / gl_group;
+      const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
+      const long long {{ t }} = gl_i % {{ d }};
+      gl_x = ({{ acc }})gl_ld({{ q }}, {{ q_index }}) * ({{ acc }}){{ scale }};
+    }
+    gl_q[gl_i / {{ d }}][gl_i % {{ d }}] = gl_x;
+  }
+  if (threadIdx.x < {{ br }}) {
+    gl_top[threadIdx.x] = gl_ninf;
+    gl_sum[threadIdx.x] = 0;
+  }
+  // The keys the rows can see: all of them, or (causal) up to the last row's position.
+  long long gl_keys = gl_lk;
+{%- if causal %}
+  {
+    long long gl_last = gl_row0 + {{ br_last }};
+    if (gl_last > gl_rows - 1) gl_last = gl_rows - 1;
+    if (gl_last / gl_group + 1 < gl_keys) gl_keys = gl_last / gl_group + 1;
+  }
+{%- endif %}
+  const int gl_lane = threadIdx.x % 32, gl_warp = threadIdx.x / 32;
+  // This thread's outputs: rows gl_warp + {{ warps }}·i, columns gl_lane + 32·m.
+  {{ acc }} gl_o[{{ rpt }}][{{ cpt }}];
+#pragma unroll
+  for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i)
+#pragma unroll
+    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) gl_o[gl_i][gl_m] = 0;
+  for (long long gl_k0 = 0; gl_k0 < gl_keys; gl_k0 += {{ tk }}) {
+    // The last tile's readers are done (the first time: the queries and statistics written).
+    __syncthreads();
+    for (int gl_i = threadIdx.x; gl_i < {{ tk_d }}; gl_i += {{ threads }}) {
+      const long long {{ key }} = gl_k0 + gl_i / {{ d }};
+      const long long {{ t }} = gl_i % {{ d }};
+      gl_k[gl_i / {{ d }}][gl_i % {{ d }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ k }}, {{ k_index }}) : ({{ acc }})0;
+    }
+    for (int gl_i = threadIdx.x; gl_i < {{ tk_dv }}; gl_i += {{ threads }}) {
+      const long long {{ key }} = gl_k0 + gl_i / {{ dv }};
+      const long long {{ c }} = gl_i % {{ dv }};
+      gl_v[gl_i / {{ dv }}][gl_i % {{ dv }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ v }}, {{ v_index }}) : ({{ acc }})0;
+    }
+    __syncthreads();
+    // Scores: key gl_j of the tile for rows threadIdx.x / {{ tk }} + {{ rows_per_pass }}·i.
+    for (int gl_r = threadIdx.x / {{ tk }}; gl_r < {{ br }}; gl_r += {{ rows_per_pass }}) {
+      const int gl_j = threadIdx.x % {{ tk }};
+      const long long gl_row = gl_row0 + gl_r;
+      const long long {{ key }} = gl_k0 + gl_j;
+      {{ acc }} gl_s = gl_ninf;
+      if (gl_row < gl_rows && {{ key }} < gl_keys) {
+        const long long {{ pos }} = gl_row / gl_group;
+        const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
+        {{ acc }} gl_dot = 0;
+#pragma unroll 8
+        for (int gl_t = 0; gl_t < {{ d }}; ++gl_t) gl_dot += gl_q[gl_r][gl_t] * gl_k[gl_j][gl_t];
+        gl_s = gl_dot;
+{%- if mask == "bool" %}
+        if (!gl_ld({{ m }}, {{ m_index }})) gl_s = gl_ninf;
+{%- elif mask == "add" %}
+        gl_s += ({{ acc }})gl_ld({{ m }}, {{ m_index }});
+{%- endif %}
+{%- if causal %}
+        if ({{ key }} > {{ pos }}) gl_s = gl_ninf;
+{%- endif %}
+        (void){{ h }};
+        (void){{ pos }};
+      }
+      gl_p[gl_r][gl_j] = gl_s;
+    }
+    __syncthreads();
+    // The online softmax: warp gl_warp takes rows gl_warp + {{ warps }}·i; the tile's maximum
+    // and sum by shuffles; each row's running sum and output shrink when its maximum grows.
+    for (int gl_r = gl_warp; gl_r < {{ br }}; gl_r += {{ warps }}) {
+      const {{ acc }} gl_s = gl_lane < {{ tk }} ? gl_p[gl_r][gl_lane] : gl_ninf;
+      {{ acc }} gl_m = gl_s;
+      for (int gl_off = 16; gl_off > 0; gl_off /= 2) gl_m = {{ fmax }}(gl_m, __shfl_down_sync(0xffffffffu, gl_m, gl_off));
+      gl_m = __shfl_sync(0xffffffffu, gl_m, 0);
+      const {{ acc }} gl_old = gl_top[gl_r];
+      const {{ acc }} gl_new = {{ fmax }}(gl_old, gl_m);
+      {{ acc }} gl_e = 0, gl_shrink_r = 1;
+      if (gl_new != gl_ninf) {
+        gl_e = {{ exp }}(gl_s - gl_new);
+        gl_shrink_r = {{ exp }}(gl_old - gl_new);
+      }
+      {{ acc }} gl_total = gl_e;
+      for (int gl_off = 16; gl_off > 0; gl_off /= 2) gl_total += __shfl_down_sync(0xffffffffu, gl_total, gl_off);
+      if (gl_lane < {{ tk }}) gl_p[gl_r][gl_lane] = gl_e;
+      if (gl_lane == 0) {
+        gl_top[gl_r] = gl_new;
+        gl_sum[gl_r] = gl_sum[gl_r] * gl_shrink_r + gl_total;
+        gl_shrink[gl_r] = gl_shrink_r;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i) {
+      const int gl_r = gl_warp + {{ warps }} * gl_i;
+      const {{ acc }} gl_shrink_r = gl_shrink[gl_r];
+#pragma unroll
+      for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) gl_o[gl_i][gl_m] *= gl_shrink_r;
+      for (int gl_j = 0; gl_j < {{ tk }}; ++gl_j) {
+        const {{ acc }} gl_e = gl_p[gl_r][gl_j];
+#pragma unroll
+        for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
+          const int gl_col = gl_lane + 32 * gl_m;
+          if (gl_col < {{ dv }}) gl_o[gl_i][gl_m] += gl_e * gl_v[gl_j][gl_col];
+        }
+      }
+    }
+  }
+  // The statistics were last written before a barrier (or before none: wait for them).
+  __syncthreads();
+#pragma unroll
+  for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i) {
+    const int gl_r = gl_warp + {{ warps }} * gl_i;
+    const long long gl_row = gl_row0 + gl_r;
+    if (gl_row >= gl_rows) continue;
+    const long long {{ pos }} = gl_row / gl_group;
+    const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
+    // A row with no visible key is 0, as in PyTorch.
+    const {{ acc }} gl_inv = gl_sum[gl_r] != 0 ? ({{ acc }})1 / gl_sum[gl_r] : ({{ acc }})0;
+#pragma unroll
+    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
+      const long long {{ c }} = gl_lane + 32 * gl_m;
+      if ({{ c }} < {{ dv }}) gl_st({{ out }}, {{ out_index }}, gl_o[gl_i][gl_m] * gl_inv);
+    }
+  }
+}
