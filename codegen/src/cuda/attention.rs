@@ -36,13 +36,8 @@ pub fn tile(dtype: DType, d: i64, dv: i64) -> Option<Tile> {
     }
     match dtype {
         DType::F64 if widest <= 128 => Some(Tile { rows: 8, keys: 16 }),
-        DType::F32 | DType::F16 | DType::BF16 if widest <= 128 => Some(Tile {
-            rows: 16,
-            keys: 32,
-        }),
-        DType::F32 | DType::F16 | DType::BF16 if widest <= 256 => {
-            Some(Tile { rows: 8, keys: 16 })
-        }
+        DType::F32 | DType::F16 | DType::BF16 if widest <= 128 => Some(Tile { rows: 16, keys: 32 }),
+        DType::F32 | DType::F16 | DType::BF16 if widest <= 256 => Some(Tile { rows: 8, keys: 16 }),
         _ => None,
     }
 }
@@ -145,7 +140,10 @@ pub(super) fn render(
     for (key_, b) in [("q", q), ("k", k), ("v", v), ("out", id)] {
         ctx.insert(key_, &pointers[b.index()]);
     }
-    ctx.insert("m", &m.map(|m| pointers[m.index()].clone()).unwrap_or_default());
+    ctx.insert(
+        "m",
+        &m.map(|m| pointers[m.index()].clone()).unwrap_or_default(),
+    );
     let mask = match m {
         None => "none",
         Some(m) if p.buffers[m.index()].dtype == DType::Bool => "bool",

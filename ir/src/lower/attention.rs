@@ -61,11 +61,12 @@ pub(super) fn fused(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor
     let read = |r: &crate::graph::TensorRef| {
         r.producer == crate::graph::Producer::Node(me) && r.index.unwrap_or(0) > 0
     };
-    let used = l.graph.nodes.iter().any(|m| {
-        m.args
-            .iter()
-            .any(|a| a.tensor_refs().any(|r| read(r)))
-    }) || l.graph.outputs.iter().any(|o| read(&o.tensor));
+    let used = l
+        .graph
+        .nodes
+        .iter()
+        .any(|m| m.args.iter().any(|a| a.tensor_refs().any(|r| read(r))))
+        || l.graph.outputs.iter().any(|o| read(&o.tensor));
     if used {
         return msg(format!(
             "only the attention (output 0) of {name} is computed: its other outputs (the \

@@ -97,4 +97,3 @@ pub fn graph(f: Form) -> Graph {
     );
     Graph::from_json(&text).unwrap_or_else(|e| panic!("{f:?}: {e}"))
 }
-

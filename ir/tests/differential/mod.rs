@@ -68,13 +68,7 @@ fn not_close(got: &HostTensor, want: &HostTensor) -> Option<String> {
 /// or an f32 kernel computing in f16 is far less accurate than the reference.
 /// Where a backend is allowed to be less accurate than the reference (by this factor on both of
 /// `no_less_accurate`'s bounds), and why.
-pub const LESS_ACCURATE: &[(&str, f64, &str)] = &[(
-    "sdpa bf16",
-    3.0,
-    "the decomposed attention rounds scores and probabilities to bf16 between its matmuls, the \
-     reference (as ATen's fused kernels) keeps them in f32; measured 2.1x the reference's error; \
-     the fused attention kernel (issue 28) removes the extra roundings",
-)];
+pub const LESS_ACCURATE: &[(&str, f64, &str)] = &[];
 
 pub fn assert_accurate(
     what: &str,
