@@ -325,7 +325,30 @@ pub fn report(
         .filter_map(|st| match st {
             Step::Library(b) => {
                 let buf = &p.buffers[b.index()];
-                Some(format!("{} ({})", buf.name, buf.origins.join(", ")))
+                // Its generated functions (a fused attention, a scan, …) with ptxas's report.
+                let functions: Vec<String> = module
+                    .entries
+                    .iter()
+                    .filter(
+                        |e| matches!(&e.of, EntryOf::Library { buffer, .. } if *buffer == buf.name),
+                    )
+                    .map(|e| {
+                        let unit = units.get(e.unit).map(|(c, _)| c);
+                        match unit.and_then(|c| c.kernels.iter().find(|r| r.name == e.name)) {
+                            Some(r) => format!(
+                                "{}: {} registers, {} bytes spilled, {} bytes shared",
+                                e.name, r.registers, r.spill_bytes, r.shared_bytes
+                            ),
+                            None => e.name.clone(),
+                        }
+                    })
+                    .collect();
+                let on = if functions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", functions.join("; "))
+                };
+                Some(format!("{} ({}){on}", buf.name, buf.origins.join(", ")))
             }
             _ => None,
         })

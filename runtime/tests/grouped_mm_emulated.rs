@@ -141,6 +141,9 @@ fn an_exported_bf16_mixtral_layer_runs_on_the_device() {
         let inputs = random_inputs(&g, &b, seed, (0, 256));
         assert_eq!(compare(&what, &mut dev, &exe, &g, &inputs), 0, "{what}");
     }
-    let tiled = dev.launched.iter().filter(|f| f.ends_with("_tiled"));
+    let tiled = dev
+        .launched
+        .iter()
+        .filter(|f| f.starts_with("grouped_mm") && f.ends_with("_tiled"));
     assert_eq!(tiled.count(), 2 * 2, "{:?}", dev.launched);
 }

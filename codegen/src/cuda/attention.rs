@@ -186,7 +186,8 @@ pub(super) fn render(
             "__int_as_float(0xff800000)"
         },
     );
-    ctx.insert("fmax", if f64_ { "fmax" } else { "fmaxf" });
+    // The maximum propagates NaN (a NaN score makes its row NaN, as in PyTorch).
+    ctx.insert("fmax", "gl_max");
     ctx.insert("exp", if f64_ { "exp" } else { "expf" });
     let text = tera
         .render("attention.cu", &ctx)

@@ -332,10 +332,20 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         let _ = writeln!(source);
         for (part, text, params) in parts {
             let phases = lines::phases(p, &p.buffers[b.index()], part);
-            let name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
-            let f = text.replace(ENTRY, &name);
-            source.push_str(&f);
-            functions.push((name.clone(), f));
+            let mut name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
+            // The same step of another layer (other buffers, other symbols) is the same
+            // function, as kernels are (error codes are literals: steps raising different
+            // messages differ).
+            let code = structural_key(&text);
+            match seen.get(&code).filter(|_| sharing == Sharing::Shared) {
+                Some(first) => name = first.clone(),
+                None => {
+                    seen.insert(code, name.clone());
+                    let f = text.replace(ENTRY, &name);
+                    source.push_str(&f);
+                    functions.push((name.clone(), f));
+                }
+            }
             entries.push(Entry {
                 of: EntryOf::Library {
                     buffer: buffer.clone(),

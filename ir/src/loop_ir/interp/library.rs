@@ -400,7 +400,8 @@ impl Program {
                         scores[j as usize] = x;
                         top = top.max(x);
                     }
-                    let visible = top > f64::NEG_INFINITY;
+                    // A NaN score is not hidden: it makes the row NaN, as in PyTorch.
+                    let visible = scores.iter().any(|&x| x != f64::NEG_INFINITY);
                     let total: f64 = if visible {
                         scores.iter().map(|&x| (x - top).exp()).sum()
                     } else {

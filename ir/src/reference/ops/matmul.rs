@@ -82,8 +82,9 @@ pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor
                     *lg = x;
                 }
                 let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                // A row with no visible key (all masked, or no keys) is 0, as in PyTorch.
-                if mx == f64::NEG_INFINITY {
+                // A row with no visible key (all masked, or no keys) is 0, as in PyTorch (a NaN score
+                // is not hidden: it makes the row NaN).
+                if logits.iter().all(|&x| x == f64::NEG_INFINITY) {
                     vals.extend((0..ev).map(|_| E::F(0.0)));
                     continue;
                 }
