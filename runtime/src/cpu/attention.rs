@@ -85,6 +85,16 @@ impl Operand {
         }
     }
 
+    /// Whether the operand holds the compute type `T` itself (f32 for f32, f64 for f64).
+    fn direct<T: Real>(&self) -> bool {
+        self.dtype == T::DTYPE
+    }
+
+    /// The address of element `at`, as the compute type (see [`Operand::direct`]).
+    unsafe fn element<T: Real>(&self, at: isize) -> *const T {
+        (self.ptr as *const T).offset(at)
+    }
+
     #[inline(always)]
     fn at(&self, b: usize, h: usize, l: usize, d: usize) -> isize {
         self.offset
@@ -144,7 +154,7 @@ pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize
     let group = s.heads / s.kv_heads.max(1);
     let tiles = s.lq.div_ceil(TILE_Q);
     let items = s.batch * s.kv_heads * tiles;
-    let run = |item: usize| {
+    let run = |scratch: &mut Scratch, item: usize| {
         let (b, rest) = (item / (s.kv_heads * tiles), item % (s.kv_heads * tiles));
         let (kh, tile) = (rest / tiles, rest % tiles);
         let q0 = tile * TILE_Q;
@@ -158,17 +168,20 @@ pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize
         // Safety: the caller's promise, for this item's rows.
         unsafe {
             if ops.q.dtype == DType::F64 {
-                item_f64(spec, s, ops, rows)
+                item_f64(spec, s, ops, rows, &mut scratch.f64)
             } else {
-                item_f32(spec, s, ops, rows)
+                item_f32(spec, s, ops, rows, &mut scratch.f32)
             }
         }
     };
     let work = s.batch * s.heads * s.lq * s.lk * (s.d + s.dv);
     if threads > 1 && items > 1 && work >= PARALLEL_WORK {
-        (0..items).into_par_iter().with_max_len(1).for_each(run);
+        (0..items)
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(|item| SCRATCH.with(|t| run(&mut t.borrow_mut(), item)));
     } else {
-        (0..items).for_each(run);
+        SCRATCH.with(|t| (0..items).for_each(|item| run(&mut t.borrow_mut(), item)));
     }
 }
 
@@ -184,34 +197,71 @@ struct Rows {
     tq: usize,
 }
 
-unsafe fn item_f32(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
+unsafe fn item_f32(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f32>) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        return item_avx2(spec, s, ops, rows);
+        return item_avx2(spec, s, ops, rows, scratch);
     }
-    item::<f32>(spec, s, ops, rows)
+    item::<f32>(spec, s, ops, rows, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn item_avx2(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
-    item::<f32>(spec, s, ops, rows)
+unsafe fn item_avx2(
+    spec: Attention,
+    s: Sizes,
+    ops: Operands,
+    rows: Rows,
+    scratch: &mut Tiles<f32>,
+) {
+    item::<f32>(spec, s, ops, rows, scratch)
 }
 
-unsafe fn item_f64(spec: Attention, s: Sizes, ops: Operands, rows: Rows) {
-    item::<f64>(spec, s, ops, rows)
+unsafe fn item_f64(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f64>) {
+    item::<f64>(spec, s, ops, rows, scratch)
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// A thread's working memory, kept across the work items (and calls) it runs (a fresh tile of scores per
+/// item was an allocation the size of a page mapping, zeroed, every time).
+#[derive(Default)]
+struct Scratch {
+    f32: Tiles<f32>,
+    f64: Tiles<f64>,
+}
+
+/// The tiles of one work item (see [`item`]).
+#[derive(Default)]
+struct Tiles<T> {
+    q: Vec<T>,
+    out: Vec<T>,
+    top: Vec<T>,
+    sum: Vec<T>,
+    kt: Vec<T>,
+    vt: Vec<T>,
+    scores: Vec<T>,
+}
+
+/// `v` holding `n` copies of `x` (its allocation reused).
+fn refill<T: Copy>(v: &mut Vec<T>, n: usize, x: T) -> &mut [T] {
+    v.clear();
+    v.resize(n, x);
+    v
 }
 
 /// One work item: the online softmax over the key tiles its rows can see.
 #[inline(always)]
-unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
+unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &mut Tiles<T>) {
     let (d, dv) = (s.d, s.dv);
     let n = r.group * r.tq;
     let head = |row: usize| r.kh * r.group + row / r.tq;
     let pos = |row: usize| r.q0 + row % r.tq;
     let scale = T::of_f64(spec.scale(d as i64));
     // The rows' queries, scaled.
-    let mut q = vec![T::ZERO; n * d];
+    let q = refill(&mut t.q, n * d, T::ZERO);
     for (row, line) in q.chunks_exact_mut(d).enumerate() {
         ops.q.row(
             ops.q.at(r.b, head(row), pos(row), 0),
@@ -220,12 +270,21 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
         );
         line.iter_mut().for_each(|x| *x *= scale);
     }
-    let mut out = vec![T::ZERO; n * dv];
-    let mut top = vec![T::NEG_INFINITY; n];
-    let mut sum = vec![T::ZERO; n];
-    let mut kt = vec![T::ZERO; TILE_K * d];
-    let mut vt = vec![T::ZERO; TILE_K * dv];
-    let mut scores = vec![T::ZERO; n * TILE_K];
+    let out = refill(&mut t.out, n * dv, T::ZERO);
+    let top = refill(&mut t.top, n, T::NEG_INFINITY);
+    let sum = refill(&mut t.sum, n, T::ZERO);
+    // Tiles of keys and values in the compute type, only for operands of another dtype.
+    let kt = refill(
+        &mut t.kt,
+        if ops.k.direct::<T>() { 0 } else { TILE_K * d },
+        T::ZERO,
+    );
+    let vt = refill(
+        &mut t.vt,
+        if ops.v.direct::<T>() { 0 } else { TILE_K * dv },
+        T::ZERO,
+    );
+    let scores = refill(&mut t.scores, n * TILE_K, T::ZERO);
     // The causal mask hides every key past the item's last query position.
     let keys = if spec.causal {
         s.lk.min(r.q0 + r.tq)
@@ -235,24 +294,42 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
     let boolean = ops.mask.is_some_and(|m| m.dtype == DType::Bool);
     for k0 in (0..keys).step_by(TILE_K) {
         let tk = TILE_K.min(keys - k0);
-        for j in 0..tk {
-            let (k, v) = (&ops.k, &ops.v);
-            k.row(
-                k.at(r.b, r.kh, k0 + j, 0),
+        // Keys and values of the compute type are read in place (the product takes strides);
+        // others are widened into the tiles first.
+        let (k, v) = (&ops.k, &ops.v);
+        let keys_at = match k.direct::<T>() {
+            true => (
+                k.element::<T>(k.at(r.b, r.kh, k0, 0)),
                 k.strides[3],
-                &mut kt[j * d..(j + 1) * d],
-            );
-            v.row(
-                v.at(r.b, r.kh, k0 + j, 0),
+                k.strides[2],
+            ),
+            false => {
+                for j in 0..tk {
+                    let at = k.at(r.b, r.kh, k0 + j, 0);
+                    k.row(at, k.strides[3], &mut kt[j * d..(j + 1) * d]);
+                }
+                (kt.as_ptr(), 1, d as isize)
+            }
+        };
+        let values_at = match v.direct::<T>() {
+            true => (
+                v.element::<T>(v.at(r.b, r.kh, k0, 0)),
+                v.strides[2],
                 v.strides[3],
-                &mut vt[j * dv..(j + 1) * dv],
-            );
-        }
+            ),
+            false => {
+                for j in 0..tk {
+                    let at = v.at(r.b, r.kh, k0 + j, 0);
+                    v.row(at, v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
+                }
+                (vt.as_ptr(), dv as isize, 1)
+            }
+        };
         // scores[row][j] = q[row] · k[j]
         T::product(
             (n, d, tk),
             (q.as_ptr(), d as isize, 1),
-            (kt.as_ptr(), 1, d as isize),
+            keys_at,
             T::ZERO,
             (scores.as_mut_ptr(), TILE_K as isize),
         );
@@ -295,7 +372,7 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows) {
         T::product(
             (n, tk, dv),
             (scores.as_ptr(), TILE_K as isize, 1),
-            (vt.as_ptr(), dv as isize, 1),
+            values_at,
             T::ONE,
             (out.as_mut_ptr(), dv as isize),
         );
@@ -367,6 +444,8 @@ trait Real:
     const ZERO: Self;
     const ONE: Self;
     const NEG_INFINITY: Self;
+    /// The storage dtype of the compute type.
+    const DTYPE: DType;
     fn of_f32(x: f32) -> Self;
     fn of_f64(x: f64) -> Self;
     fn max(self, other: Self) -> Self;
@@ -389,6 +468,7 @@ impl Real for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
     const NEG_INFINITY: f32 = f32::NEG_INFINITY;
+    const DTYPE: DType = DType::F32;
     fn of_f32(x: f32) -> f32 {
         x
     }
@@ -415,8 +495,27 @@ impl Real for f32 {
         beta: f32,
         c: (*mut f32, isize),
     ) {
-        matrixmultiply::sgemm(
-            m, k, n, 1.0, a.0, a.1, a.2, b.0, b.1, b.2, beta, c.0, c.1, 1,
+        // gemm's `alpha` scales what `c` held (read only when `read_dst`), `beta` the product.
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.0,
+            1,
+            c.1,
+            beta != 0.0,
+            a.0,
+            a.2,
+            a.1,
+            b.0,
+            b.2,
+            b.1,
+            beta,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
     unsafe fn put(out: Output, at: isize, x: f32) {
@@ -434,6 +533,7 @@ impl Real for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
     const NEG_INFINITY: f64 = f64::NEG_INFINITY;
+    const DTYPE: DType = DType::F64;
     fn of_f32(x: f32) -> f64 {
         f64::from(x)
     }
