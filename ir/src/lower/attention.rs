@@ -65,7 +65,7 @@ pub(super) fn fused(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor
         .graph
         .nodes
         .iter()
-        .any(|m| m.args.iter().any(|a| a.tensor_refs().any(|r| read(r))))
+        .any(|m| m.args.iter().any(|a| a.tensor_refs().any(&read)))
         || l.graph.outputs.iter().any(|o| read(&o.tensor));
     if used {
         return msg(format!(
