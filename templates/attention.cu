@@ -2,6 +2,10 @@
 // Fused attention: a block of {{ threads }} threads per {{ br }} rows (a query position of one of
 // the query heads of one key/value head, position-major), keys in tiles of {{ tk }} through shared
 // memory, an online softmax in {{ acc }}; no score leaves the block.
+{%- if split %}
+// Split: each block takes one share of the keys; its rows' partial results (the unnormalized
+// output, the running maximum and sum) go to the workspace, merged by the next function.
+{%- endif %}
 extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
 {{ symbols }}
   const long long gl_kv_heads = {{ kv_heads }};
@@ -9,7 +13,23 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_rows = gl_group * ({{ lq }});
   const long long gl_lk = {{ lk }};
   const long long gl_tiles = (gl_rows + {{ br_last }}) / {{ br }};
-  const long long gl_block = blockIdx.x;
+  long long gl_block = blockIdx.x;
+{%- if split %}
+  // The shares: as many as {{ splits_doc }}.
+  long long gl_splits = 1;
+  {
+    const long long gl_base = ({{ batch }}) * gl_kv_heads * gl_tiles;
+    if (gl_rows <= {{ br }} && gl_base > 0) {
+      gl_splits = ({{ target_blocks }} + gl_base - 1) / gl_base;
+      const long long gl_most = (gl_lk + {{ min_keys_last }}) / {{ min_keys }};
+      if (gl_most < gl_splits) gl_splits = gl_most;
+      if (gl_splits > {{ max_splits }}) gl_splits = {{ max_splits }};
+      if (gl_splits < 1) gl_splits = 1;
+    }
+  }
+  const long long gl_split = gl_block % gl_splits;
+  gl_block /= gl_splits;
+{%- endif %}
   const long long {{ b }} = gl_block / (gl_kv_heads * gl_tiles);
   const long long {{ kh }} = gl_block / gl_tiles % gl_kv_heads;
   const long long gl_row0 = gl_block % gl_tiles * {{ br }};
@@ -37,11 +57,20 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   }
   // The keys the rows can see: all of them, or (causal) up to the last row's position.
   long long gl_keys = gl_lk;
+  long long gl_lo = 0;
 {%- if causal %}
   {
     long long gl_last = gl_row0 + {{ br_last }};
     if (gl_last > gl_rows - 1) gl_last = gl_rows - 1;
     if (gl_last / gl_group + 1 < gl_keys) gl_keys = gl_last / gl_group + 1;
+  }
+{%- endif %}
+{%- if split %}
+  {
+    // This block's share: tiles of keys from gl_lo, the same shares for every block.
+    const long long gl_chunk = ((gl_lk + gl_splits - 1) / gl_splits + {{ tk_last }}) / {{ tk }} * {{ tk }};
+    gl_lo = gl_split * gl_chunk;
+    if (gl_lo + gl_chunk < gl_keys) gl_keys = gl_lo + gl_chunk;
   }
 {%- endif %}
   const int gl_lane = threadIdx.x % 32, gl_warp = threadIdx.x / 32;
@@ -51,7 +80,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i)
 #pragma unroll
     for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) gl_o[gl_i][gl_m] = 0;
-  for (long long gl_k0 = 0; gl_k0 < gl_keys; gl_k0 += {{ tk }}) {
+  for (long long gl_k0 = gl_lo; gl_k0 < gl_keys; gl_k0 += {{ tk }}) {
     // The last tile's readers are done (the first time: the queries and statistics written).
     __syncthreads();
     for (int gl_i = threadIdx.x; gl_i < {{ tk_d }}; gl_i += {{ threads }}) {
@@ -139,6 +168,20 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     const int gl_r = gl_warp + {{ warps }} * gl_i;
     const long long gl_row = gl_row0 + gl_r;
     if (gl_row >= gl_rows) continue;
+{%- if split %}
+    // Partials of row (b, kh, row) of share gl_split: {{ dv }} outputs, the maximum, the sum.
+    {{ acc }}* gl_part = reinterpret_cast<{{ acc }}*>(gl_work_bytes) +
+        ((gl_split * ({{ batch }}) + {{ b }}) * gl_kv_heads * gl_rows + {{ kh }} * gl_rows + gl_row) * {{ dv_2 }};
+#pragma unroll
+    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
+      const int gl_col = gl_lane + 32 * gl_m;
+      if (gl_col < {{ dv }}) gl_part[gl_col] = gl_o[gl_i][gl_m];
+    }
+    if (gl_lane == 0) {
+      gl_part[{{ dv }}] = gl_top[gl_r];
+      gl_part[{{ dv_1 }}] = gl_sum[gl_r];
+    }
+{%- else %}
     const long long {{ pos }} = gl_row / gl_group;
     const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
     // A row with no visible key is 0, as in PyTorch.
@@ -148,5 +191,6 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       const long long {{ c }} = gl_lane + 32 * gl_m;
       if ({{ c }} < {{ dv }}) gl_st({{ out }}, {{ out_index }}, gl_o[gl_i][gl_m] * gl_inv);
     }
+{%- endif %}
   }
 }

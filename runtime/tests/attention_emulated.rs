@@ -18,7 +18,7 @@ use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_runtime::launch::Executable;
 
-fn check(what: &str, f: Form, lengths: &[(i64, i64)]) {
+fn check(what: &str, f: Form, lengths: &[(i64, i64)]) -> Vec<String> {
     let g = graph(f);
     let exe = Executable::new(lower(&g).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut dev = Emu::new(&format!("attention_{what}"), &exe);
@@ -36,6 +36,46 @@ fn check(what: &str, f: Form, lengths: &[(i64, i64)]) {
         "{what}: {:?}",
         dev.launched
     );
+    dev.launched
+}
+
+#[test]
+fn few_rows_over_many_keys_split_the_keys_and_merge() {
+    // A decode step: 4 query heads over one key/value head, 1 to 3 positions, hundreds of keys:
+    // one block of rows, so the keys are shared among blocks (4, 3 and 3 shares of 256 or more
+    // keys), the partials merged. Causal over 2 positions: the later shares see no key.
+    let decode = Form {
+        heads: 4,
+        kv_heads: 1,
+        ..BASE
+    };
+    let launched = check("split_f32", decode, &[(1, 1000), (3, 700), (1, 1)]);
+    let causal = Form {
+        causal: true,
+        ..decode
+    };
+    let launched_causal = check("split_causal", causal, &[(2, 600)]);
+    // 8 × 16 tiles, bf16, a boolean mask hiding whole rows of some shares.
+    let wide = Form {
+        dtype: "bf16",
+        heads: 2,
+        kv_heads: 2,
+        d: 256,
+        dv: 256,
+        mask: Some(("bool", r#"B, 1, "u0", "u1""#)),
+        ..BASE
+    };
+    let launched_wide = check("split_bf16", wide, &[(1, 520)]);
+    for l in [&launched, &launched_causal, &launched_wide] {
+        for part in ["_split", "_merge"] {
+            assert!(l.iter().any(|f| f.ends_with(part)), "{part}: {l:?}");
+        }
+    }
+    // One key: a single share, the plain function.
+    assert!(
+        launched.iter().any(|f| f.ends_with("_tiled")),
+        "{launched:?}"
+    );
 }
 
 #[test]
@@ -47,8 +87,8 @@ fn attention_runs_on_the_device_in_each_tile_form() {
         kv_heads: 1,
         ..BASE
     };
-    check("f32", gqa, &[(0, 0), (1, 1), (1, 70), (17, 17), (17, 70)]);
-    check(
+    let _ = check("f32", gqa, &[(0, 0), (1, 1), (1, 70), (17, 17), (17, 70)]);
+    let _ = check(
         "f32_causal",
         Form {
             causal: true,
@@ -57,7 +97,7 @@ fn attention_runs_on_the_device_in_each_tile_form() {
         &[(1, 1), (17, 17), (40, 40), (5, 70)],
     );
     // 8 × 16 tiles: head dims over 128 (and an odd value head dim), and f64.
-    check(
+    let _ = check(
         "bf16_d256",
         Form {
             dtype: "bf16",
@@ -70,7 +110,7 @@ fn attention_runs_on_the_device_in_each_tile_form() {
         },
         &[(1, 1), (9, 20), (3, 40)],
     );
-    check(
+    let _ = check(
         "f64",
         Form {
             dtype: "f64",
@@ -102,6 +142,6 @@ fn masks_and_transposed_operands_on_the_device() {
             scale: Some(0.25),
         };
         // Over 1 or 2 keys a random boolean mask hides whole rows.
-        check(what, f, &[(1, 1), (5, 2), (17, 40)]);
+        let _ = check(what, f, &[(1, 1), (5, 2), (17, 40)]);
     }
 }

@@ -13,7 +13,7 @@ use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel, Program};
 use guardless_ir::sym::{cuda_symbol, CPrinter, Expr};
 use tera::Tera;
 
-use super::library::{c_of, context, locals, parameters};
+use super::library::{c_of, context, locals, parameters, with_workspace};
 use super::{hoist, Param, Part};
 
 /// Threads per block (four warps).
@@ -61,7 +61,7 @@ pub(super) fn render(
     entry: &str,
     id: BufferId,
     pointers: &[String],
-) -> Option<[(Part, String, Vec<Param>); 1]> {
+) -> Option<[(Part, String, Vec<Param>); 3]> {
     let buf = p.buffers[id.index()].clone();
     let BufferKind::Extern {
         kernel: ExternKernel::Attention(spec),
@@ -93,6 +93,7 @@ pub(super) fn render(
     let out_index = buf.layout.index(&mut p.env, &[b, h, pos, c]);
     let m_index = m.map(|m| layout(p, m).index(&mut p.env, &[b, h, pos, key]));
     let sizes = [
+        lq_.sizes[0], // batch
         lq_.sizes[1], // heads
         lk_.sizes[1], // kv heads
         lq_.sizes[2], // query length
@@ -100,7 +101,7 @@ pub(super) fn render(
     ];
     let vars = [b, kh, h, pos, key, td, c];
     let mut h_ = hoist::Hoister::new(&p.env, locals(p, &vars, &[]));
-    let [heads_c, kv_heads_c, lq_c, lk_c] = sizes.map(|e| c_of(p, &mut h_, e, &printer));
+    let [batch_c, heads_c, kv_heads_c, lq_c, lk_c] = sizes.map(|e| c_of(p, &mut h_, e, &printer));
     let [q_c, k_c, v_c, out_c] =
         [q_index, k_index, v_index, out_index].map(|e| c_of(p, &mut h_, e, &printer));
     let m_c = m_index.map(|e| c_of(p, &mut h_, e, &printer));
@@ -125,6 +126,7 @@ pub(super) fn render(
         ctx.insert(key_, &name(e));
     }
     for (key_, s) in [
+        ("batch", batch_c),
         ("heads", heads_c),
         ("kv_heads", kv_heads_c),
         ("lq", lq_c),
@@ -174,6 +176,13 @@ pub(super) fn render(
         ("warps", warps),
         ("rpt", t.rows / warps),
         ("cpt", (dv + 31) / 32),
+        ("tk_last", t.keys - 1),
+        ("dv_1", dv + 1),
+        ("dv_2", dv + 2),
+        ("target_blocks", TARGET_BLOCKS),
+        ("min_keys", MIN_KEYS),
+        ("min_keys_last", MIN_KEYS - 1),
+        ("max_splits", MAX_SPLITS),
     ] {
         ctx.insert(key_, &n);
     }
@@ -189,9 +198,65 @@ pub(super) fn render(
     // The maximum propagates NaN (a NaN score makes its row NaN, as in PyTorch).
     ctx.insert("fmax", "gl_max");
     ctx.insert("exp", if f64_ { "exp" } else { "expf" });
-    let text = tera
-        .render("attention.cu", &ctx)
-        .map(|t| t + "\n")
-        .expect("attention template");
-    Some([(Part::Tiled, text, params)])
+    ctx.insert(
+        "splits_doc",
+        &format!(
+            "{TARGET_BLOCKS} blocks need, at most one per {MIN_KEYS} keys and {MAX_SPLITS} in all"
+        ),
+    );
+    let render = |ctx: &tera::Context, template: &str| {
+        tera.render(template, ctx)
+            .map(|t| t + "\n")
+            .expect("attention template")
+    };
+    ctx.insert("split", &false);
+    let tiled = render(&ctx, "attention.cu");
+    // The split form's partials: at most MAX_SPLITS shares of one tile of rows per key/value
+    // head of each batch entry, `dv` outputs and two statistics each.
+    let size = if f64_ { 8 } else { 4 };
+    let per = p
+        .env
+        .pool_mut()
+        .constant(MAX_SPLITS * t.rows * (dv + 2) * size);
+    let heads = p.env.pool_mut().mul(lq_.sizes[0], lk_.sizes[1]);
+    let bytes = p.env.pool_mut().mul(per, heads);
+    let bytes = p.env.text(bytes);
+    let (split_c, split_params) = with_workspace((params_c.clone(), params.clone()), bytes);
+    ctx.insert("params", &split_c.join(", "));
+    ctx.insert("split", &true);
+    let split = render(&ctx, "attention.cu");
+    ctx.insert("threads", &MERGE_THREADS);
+    let merge = render(&ctx, "attention_merge.cu");
+    Some([
+        (Part::Tiled, tiled, params),
+        (Part::Split, split, split_params.clone()),
+        (Part::Merge, merge, split_params),
+    ])
+}
+
+/// Blocks a split launch aims for: two per multiprocessor of a 132-SM GPU.
+pub const TARGET_BLOCKS: i64 = 264;
+/// The fewest keys a share of a split launch takes.
+pub const MIN_KEYS: i64 = 256;
+/// The most shares.
+pub const MAX_SPLITS: i64 = 64;
+/// Threads per block of the merge.
+pub const MERGE_THREADS: i64 = 128;
+
+/// Shares of the keys for a launch (1: no split): only when the rows of each key/value head fit
+/// one block (decode, short queries) and the blocks would leave the GPU idle — as many as bring
+/// the launch to [`TARGET_BLOCKS`], each of at least [`MIN_KEYS`] keys. The split function and
+/// the merge compute the same count from the same sizes.
+pub fn splits(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64, lk: i64) -> i64 {
+    if kv_heads <= 0 {
+        return 1;
+    }
+    let rows = (heads / kv_heads).max(0).saturating_mul(lq.max(0));
+    let base = blocks(t, batch, heads, kv_heads, lq);
+    if rows > t.rows || base <= 0 {
+        return 1;
+    }
+    let wanted = (TARGET_BLOCKS + base - 1) / base;
+    let most = (lk.max(0) + MIN_KEYS - 1) / MIN_KEYS;
+    wanted.min(most).min(MAX_SPLITS).max(1)
 }

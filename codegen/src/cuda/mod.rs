@@ -41,6 +41,7 @@ const RADIX: &str = include_str!("../../../templates/radix.cu");
 const LINE_BLOCK: &str = include_str!("../../../templates/line_block.cu");
 const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
 const ATTENTION: &str = include_str!("../../../templates/attention.cu");
+const ATTENTION_MERGE: &str = include_str!("../../../templates/attention_merge.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -105,8 +106,13 @@ pub enum Part {
     /// summed by threads, their totals scanned across the block.
     Block,
     /// A block per tile. Grouped matmul: of the output, in one group's rows. Sort: of a line,
-    /// the radix sort in phases (few long lines).
+    /// the radix sort in phases (few long lines). Attention: of rows, over every key.
     Tiled,
+    /// Attention over few rows and many keys: a block per tile of rows and share of the keys,
+    /// partial results into the workspace.
+    Split,
+    /// Attention: the shares' partial results merged into the output.
+    Merge,
 }
 
 const _: () = assert!(
@@ -116,16 +122,20 @@ const _: () = assert!(
         && Part::Write as usize == 3
         && Part::Block as usize == 4
         && Part::Tiled as usize == 5
+        && Part::Split as usize == 6
+        && Part::Merge as usize == 7
 );
 
 impl Part {
-    pub const ALL: [Part; 6] = [
+    pub const ALL: [Part; 8] = [
         Part::Copy,
         Part::Count,
         Part::Scan,
         Part::Write,
         Part::Block,
         Part::Tiled,
+        Part::Split,
+        Part::Merge,
     ];
 
     /// The part's position in [`Part::ALL`] (its declaration order; checked below).
@@ -141,6 +151,8 @@ impl Part {
             Part::Write => "write",
             Part::Block => "block",
             Part::Tiled => "tiled",
+            Part::Split => "split",
+            Part::Merge => "merge",
         }
     }
 }
@@ -197,6 +209,7 @@ fn engine() -> Tera {
         ("select.cu", SELECT),
         ("grouped_mm.cu", GROUPED_MM),
         ("attention.cu", ATTENTION),
+        ("attention_merge.cu", ATTENTION_MERGE),
         ("line_block.cu", LINE_BLOCK),
         ("lines.cu", LINES),
         ("radix.cu", RADIX),

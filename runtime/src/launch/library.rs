@@ -64,7 +64,8 @@ impl<D: Device> Session<'_, D> {
                 ..,
             ) if part(Part::Tiled).is_some() => {
                 let tiled = part(Part::Tiled).expect("checked");
-                return self.device_attention(dev_, id, inputs, tiled);
+                let split = part(Part::Split).zip(part(Part::Merge));
+                return self.device_attention(dev_, id, inputs, tiled, split);
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write, part(Part::Block), part(Part::Tiled))? =>
@@ -225,15 +226,17 @@ impl<D: Device> Session<'_, D> {
         self.launch(dev_, entry, grid, THREADS, &bad)
     }
 
-    /// Fused attention on the device: a block per tile of rows of each key/value head.
+    /// Fused attention on the device: a block per tile of rows of each key/value head, or (few
+    /// rows, many keys: decode) a block per tile of rows and share of the keys, then the merge.
     fn device_attention(
         &mut self,
         dev_: &mut D,
         id: BufferId,
         inputs: &[BufferId],
         entry: usize,
+        split: Option<(usize, usize)>,
     ) -> Result<(), LaunchError> {
-        use guardless_codegen::cuda::attention::{blocks, tile, THREADS};
+        use guardless_codegen::cuda::attention::{blocks, splits, tile, MERGE_THREADS, THREADS};
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         let bad = |m| fail(buf, m);
@@ -250,7 +253,16 @@ impl<D: Device> Session<'_, D> {
             )));
         }
         let grid = blocks(t, sq[0], sq[1], sk[1], sq[2]);
-        self.launch(dev_, entry, grid, THREADS, &bad)
+        let shares = splits(t, sq[0], sq[1], sk[1], sq[2], sk[2]);
+        match split {
+            Some((split, merge)) if shares > 1 => {
+                self.launch(dev_, split, grid.saturating_mul(shares), THREADS, &bad)?;
+                let outputs: i64 = self.sizes(buf)?.iter().product();
+                let merged = (outputs + MERGE_THREADS - 1) / MERGE_THREADS;
+                self.launch(dev_, merge, merged, MERGE_THREADS, &bad)
+            }
+            _ => self.launch(dev_, entry, grid, THREADS, &bad),
+        }
     }
 
     /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan

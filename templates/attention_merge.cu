@@ -1,0 +1,50 @@
+// {{ name }}: {{ nodes }}
+// Fused attention, split keys: a thread per output element merges the shares' partial results
+// (each share's output scaled by e^(its maximum - the largest), over the sum scaled alike).
+extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ params }}) {
+{{ symbols }}
+  const long long gl_kv_heads = {{ kv_heads }};
+  const long long gl_group = ({{ heads }}) / gl_kv_heads;
+  const long long gl_rows = gl_group * ({{ lq }});
+  const long long gl_lk = {{ lk }};
+  const long long gl_tiles = (gl_rows + {{ br_last }}) / {{ br }};
+  // The shares, as the split function counted them.
+  long long gl_splits = 1;
+  {
+    const long long gl_base = ({{ batch }}) * gl_kv_heads * gl_tiles;
+    if (gl_rows <= {{ br }} && gl_base > 0) {
+      gl_splits = ({{ target_blocks }} + gl_base - 1) / gl_base;
+      const long long gl_most = (gl_lk + {{ min_keys_last }}) / {{ min_keys }};
+      if (gl_most < gl_splits) gl_splits = gl_most;
+      if (gl_splits > {{ max_splits }}) gl_splits = {{ max_splits }};
+      if (gl_splits < 1) gl_splits = 1;
+    }
+  }
+  const long long gl_all = ({{ batch }}) * gl_kv_heads * gl_rows;
+  const long long gl_lin = (long long)blockIdx.x * {{ threads }} + (long long)threadIdx.x;
+  if (gl_lin >= gl_all * {{ dv }}) return;
+  const long long gl_global = gl_lin / {{ dv }};
+  const long long {{ c }} = gl_lin % {{ dv }};
+  const long long {{ b }} = gl_global / (gl_kv_heads * gl_rows);
+  const long long {{ kh }} = gl_global / gl_rows % gl_kv_heads;
+  const long long gl_row = gl_global % gl_rows;
+  const long long {{ pos }} = gl_row / gl_group;
+  const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
+  const {{ acc }}* gl_parts = reinterpret_cast<const {{ acc }}*>(gl_work_bytes);
+  const long long gl_stride = gl_all * {{ dv_2 }};
+  const {{ acc }} gl_ninf = {{ ninf }};
+  {{ acc }} gl_top = gl_ninf;
+  for (long long gl_s = 0; gl_s < gl_splits; ++gl_s) gl_top = gl_max(gl_top, gl_parts[gl_s * gl_stride + gl_global * {{ dv_2 }} + {{ dv }}]);
+  {{ acc }} gl_sum = 0, gl_out = 0;
+  if (gl_top != gl_ninf) {
+    for (long long gl_s = 0; gl_s < gl_splits; ++gl_s) {
+      const {{ acc }}* gl_part = gl_parts + gl_s * gl_stride + gl_global * {{ dv_2 }};
+      if (gl_part[{{ dv }}] == gl_ninf) continue;
+      const {{ acc }} gl_w = {{ exp }}(gl_part[{{ dv }}] - gl_top);
+      gl_sum += gl_part[{{ dv_1 }}] * gl_w;
+      gl_out += gl_part[{{ c }}] * gl_w;
+    }
+  }
+  // A row with no visible key is 0, as in PyTorch.
+  gl_st({{ out }}, {{ out_index }}, gl_sum != 0 ? gl_out / gl_sum : ({{ acc }})0);
+}
