@@ -9,7 +9,7 @@
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
 
-use differential::attention::{graph, Form, BASE};
+use differential::attention::{graph, projected, Form, BASE};
 use differential::*;
 use guardless_ir::loop_ir::{BufferKind, ExternKernel};
 use guardless_ir::lower::lower;
@@ -247,4 +247,50 @@ fn peak_rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM in /proc/self/status")
+}
+
+/// The output projection's input, `out.transpose(1, 2).contiguous().view(B·Lq, Hq·Dv)`: the
+/// attention stores its output as `[B, Lq, Hq, Dv]`, so the transpose is a view of dense storage
+/// the matmul reads in place — no copy kernel between them.
+#[test]
+fn the_output_is_stored_as_the_output_projection_reads_it() {
+    for causal in [false, true] {
+        let g = projected(causal);
+        let program = lower(&g).unwrap();
+        let steps: Vec<&str> = program
+            .buffers
+            .iter()
+            .filter_map(|b| match &b.kind {
+                BufferKind::Computed { .. } => Some("computed"),
+                BufferKind::Extern { kernel, .. } => Some(kernel.name()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, ["attention", "mm"], "{}", program.to_text());
+        let cpu = CpuProgram::compile(program).unwrap();
+        for (s, u0) in [0i64, 1, 17, 130].into_iter().enumerate() {
+            let values = [("u0", u0)];
+            let b = bindings_of("projected", &g, &values);
+            let inputs = random_inputs(&g, &b, 90 + s as u64, (-3, 7));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let want = reference::run(&g, &inputs, &b);
+            let got = cpu.run(
+                &inputs,
+                &b,
+                &RunOptions {
+                    poison: true,
+                    threads: 2,
+                },
+            );
+            let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+            assert!(judge_accurate(
+                "projected",
+                got,
+                want,
+                &values,
+                false,
+                Some(&ideal)
+            ));
+        }
+    }
 }

@@ -11,7 +11,7 @@ mod differential;
 mod emu;
 mod emulated;
 
-use differential::attention::{graph, Form, BASE};
+use differential::attention::{graph, projected, Form, BASE};
 use differential::{bindings_of, random_inputs};
 use emulated::Emu;
 use guardless_ir::lower::lower;
@@ -143,5 +143,29 @@ fn masks_and_transposed_operands_on_the_device() {
         };
         // Over 1 or 2 keys a random boolean mask hides whole rows.
         let _ = check(what, f, &[(1, 1), (5, 2), (17, 40)]);
+    }
+}
+
+#[test]
+fn the_output_is_written_as_the_projection_reads_it_on_the_device() {
+    for causal in [false, true] {
+        let g = projected(causal);
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new(&format!("projected_{causal}"), &exe);
+        for (s, u0) in [1i64, 17, 40].into_iter().enumerate() {
+            let values = [("u0", u0)];
+            let at = format!("projected causal {causal} at {values:?}");
+            let b = bindings_of(&at, &g, &values);
+            let inputs = random_inputs(&g, &b, 70 + s as u64, (-3, 7));
+            let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+            let (_, host) = emulated::compare(&at, &mut dev, &exe, &g, &inputs, &b);
+            assert_eq!(host, 0, "{at}");
+        }
+        // The attention and the matmul: no kernel between them.
+        assert!(
+            dev.launched.iter().all(|f| f.starts_with("attention")),
+            "{:?}",
+            dev.launched
+        );
     }
 }

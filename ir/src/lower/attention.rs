@@ -157,18 +157,80 @@ fn attention(l: &mut Lowerer, n: &GraphNode, mask_arg: &str) -> R<LTensor> {
         }
     }
     let kernel = ExternKernel::Attention(Attention { causal, scale_bits });
-    let out = l.add_buffer(
-        BufferKind::Extern { kernel, inputs },
-        dtype,
-        &[b, hq, lq, ev],
-        &n.name,
-    );
+    let sizes = [b, hq, lq, ev];
+    let kind = BufferKind::Extern { kernel, inputs };
+    let out = if rank == 4 && read_transposed(l) {
+        // Stored as [B, Lq, Hq, Dv]: the transpose the output projection's input needs is then
+        // a view of dense storage, which the matmul reads in place (no copy kernel after).
+        let p = l.env.pool_mut();
+        let (hd, lhd) = (p.mul(hq, ev), p.mul(lq, hq));
+        let lhd = p.mul(lhd, ev);
+        let layout = Layout {
+            sizes: sizes.to_vec(),
+            strides: vec![lhd, ev, hd, p.one()],
+            offset: p.zero(),
+        };
+        let id = BufferId(l.buffers.len() as u32);
+        l.buffers.push(Buffer {
+            name: format!("buf{}", id.0),
+            dtype,
+            layout: layout.clone(),
+            kind,
+            origins: vec![n.name.clone()],
+        });
+        super::buffer_tensor(id, dtype, layout)
+    } else {
+        l.add_buffer(kind, dtype, &sizes, &n.name)
+    };
     if rank == 4 {
         return Ok(out);
     }
     let mut sizes = out_lead;
     sizes.push(ev);
     super::views::view(l, out, &sizes)
+}
+
+/// Whether every reader of the node being lowered (its output 0) swaps dimensions 1 and 2
+/// (`transpose(1, 2)`, `permute([0, 2, 1, 3])`: heads and positions), and none is a graph output.
+fn read_transposed(l: &Lowerer) -> bool {
+    let me = l.current;
+    let mine = |r: &crate::graph::TensorRef| {
+        r.producer == crate::graph::Producer::Node(me) && r.index.unwrap_or(0) == 0
+    };
+    if l.graph.outputs.iter().any(|o| mine(&o.tensor)) {
+        return false;
+    }
+    let consts = |n: &GraphNode, name: &str| -> Option<Vec<i64>> {
+        match n.arg(name)? {
+            Arg::Ints(v) => v.iter().map(|&e| l.env.pool().as_const(e)).collect(),
+            Arg::Int(e) => Some(vec![l.env.pool().as_const(*e)?]),
+            _ => None,
+        }
+    };
+    let mut readers = 0;
+    for n in &l.graph.nodes {
+        if !n.args.iter().any(|a| a.tensor_refs().any(mine)) {
+            continue;
+        }
+        readers += 1;
+        let swaps = match n.op.as_str() {
+            "aten.transpose.int" => {
+                let d0 = consts(n, "dim0").and_then(|v| v.first().copied());
+                let d1 = consts(n, "dim1").and_then(|v| v.first().copied());
+                matches!(
+                    (d0.map(|d| d.rem_euclid(4)), d1.map(|d| d.rem_euclid(4))),
+                    (Some(1), Some(2)) | (Some(2), Some(1))
+                )
+            }
+            "aten.permute.default" => consts(n, "dims")
+                .is_some_and(|d| d.iter().map(|x| x.rem_euclid(4)).eq([0, 2, 1, 3])),
+            _ => false,
+        };
+        if !swaps {
+            return false;
+        }
+    }
+    readers > 0
 }
 
 /// A buffer of `t` read as 4 dimensions: `rank` < 4 gains leading sizes of 1.

@@ -97,3 +97,25 @@ pub fn graph(f: Form) -> Graph {
     );
     Graph::from_json(&text).unwrap_or_else(|e| panic!("{f:?}: {e}"))
 }
+
+/// Attention over unbacked length `u0` (4 query heads, 2 key/value heads, head dim 16) followed
+/// by the output projection as models write it: `a.transpose(1, 2).contiguous()`, viewed as
+/// `[2·u0, 64]`, times a `[64, 8]` weight.
+pub fn projected(causal: bool) -> Graph {
+    let text = format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "projected",
+        "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000}}],
+        "inputs": [{{"name": "q", "dtype": "f32", "shape": [2, 4, "u0", 16]}},
+                   {{"name": "k", "dtype": "f32", "shape": [2, 2, "u0", 16]}},
+                   {{"name": "v", "dtype": "f32", "shape": [2, 2, "u0", 16]}},
+                   {{"name": "w", "dtype": "f32", "shape": [64, 8]}}],
+        "nodes": [{{"name": "a", "op": "aten.scaled_dot_product_attention.default",
+                    "args": {{"query": {{"tensor": "q"}}, "key": {{"tensor": "k"}}, "value": {{"tensor": "v"}}, "is_causal": {causal}, "enable_gqa": true}}}},
+                  {{"name": "t", "op": "aten.transpose.int", "args": {{"self": {{"tensor": "a"}}, "dim0": 1, "dim1": 2}}}},
+                  {{"name": "c", "op": "aten.clone.default", "args": {{"self": {{"tensor": "t"}}, "memory_format": "contiguous_format"}}}},
+                  {{"name": "r", "op": "aten.view.default", "args": {{"self": {{"tensor": "c"}}, "size": ["2*u0", 64]}}}},
+                  {{"name": "o", "op": "aten.mm.default", "args": {{"self": {{"tensor": "r"}}, "mat2": {{"tensor": "w"}}}}}}],
+        "outputs": [{{"tensor": "o"}}]}}"#
+    );
+    Graph::from_json(&text).unwrap()
+}

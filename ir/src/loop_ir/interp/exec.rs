@@ -497,9 +497,14 @@ impl Program {
             BufferKind::Extern {
                 kernel,
                 inputs: args,
-            } => self
-                .extern_kernel(buf, *kernel, args, st, b)
-                .map_err(fail)?,
+            } => {
+                // Values in row-major order of the shape, stored through the layout (an
+                // attention's output may be laid out as its consumer reads it).
+                let logical = self
+                    .extern_kernel(buf, *kernel, args, st, b)
+                    .map_err(&fail)?;
+                self.place(buf, logical, b).map_err(fail)?
+            }
             BufferKind::Computed { .. } => {
                 let numel = self.numel_of(buf, b)?;
                 st.alloc(id, numel.max(0) as usize, buf.dtype);
