@@ -720,12 +720,21 @@ fn the_kernel_report_states_the_facts_of_the_examples() {
             }
         }
         if name == "llama_decoder_layer" {
-            // The attention output's transpose back to [n, 256]: its index folds `x // n` and
-            // `x % n` over a loop of n rows (no division left; there were two).
-            let o = r.kernels.iter().find(|k| k.nodes == "o").expect("kernel o");
-            for v in &o.variants {
-                assert_eq!(v.accesses.integer_divisions, 0, "{}", v.function);
-            }
+            // The attention output's transpose back to [n, 256] is no kernel at all: the
+            // attention stores [n, heads, head dim] and the output projection reads it in place
+            // (before that, a copy kernel whose index had two divisions).
+            assert!(
+                r.kernels.iter().all(|k| k.nodes != "o"),
+                "{:?}",
+                r.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+            );
+            assert!(
+                r.library
+                    .iter()
+                    .any(|l| l.contains("attention_") && l.contains("_split")),
+                "{:?}",
+                r.library
+            );
         }
         if row_wise.contains(&name.as_str()) {
             assert_eq!(r.kernels.len(), 1, "{name}: one kernel");

@@ -258,5 +258,5 @@ pub fn splits(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64, lk: i64) 
     }
     let wanted = (TARGET_BLOCKS + base - 1) / base;
     let most = (lk.max(0) + MIN_KEYS - 1) / MIN_KEYS;
-    wanted.min(most).min(MAX_SPLITS).max(1)
+    wanted.min(most).clamp(1, MAX_SPLITS)
 }
