@@ -3,7 +3,7 @@
 //! the scheduler (fusion, memory plan) on the CPU backend — native kernels with the `llvm` feature —
 //! and through the generated CUDA on the CPU emulation of CUDA, against the op-level reference at
 //! sizes from 0 to far past the hints, storage poisoned. A failure prints the graph's JSON.
-//! `GUARDLESS_FUZZ_GRAPHS` (default 48) sets the number of graphs.
+//! `GUARDLESS_FUZZ_GRAPHS` (default 36) sets the number of graphs.
 
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
@@ -76,7 +76,7 @@ fn random_graphs_run_on_the_cpu_backend() {
         threads: 2,
     };
     let (mut compared, mut runs) = (0, 0);
-    for seed in 0..graphs(48) {
+    for seed in 0..graphs(36) {
         let (g, text) = random::graph("random graph", &random::choices(seed, 400), 4, 14);
         let run = std::panic::catch_unwind(|| {
             let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
@@ -128,7 +128,7 @@ fn random_backed_graphs_run_on_the_cpu_backend() {
         threads: 2,
     };
     let (mut recompiles, mut refused) = (0, 0);
-    let n = graphs(48).div_ceil(2);
+    let n = graphs(36).div_ceil(2);
     for seed in 0..n {
         let [a, b] = random::VALUES[seed as usize % random::VALUES.len()];
         let kinds = match seed % 3 {
@@ -231,7 +231,7 @@ fn random_graphs_run_on_the_emulated_device() {
     // A twelfth as many as the CPU backend's: each of these has 16 chains. A size where the
     // reference refuses the inputs (one chain invalid there) must be refused by the device too.
     let (mut compared, mut runs) = (0, 0);
-    for seed in 0..graphs(48).div_ceil(12) {
+    for seed in 0..graphs(36).div_ceil(12) {
         let (g, text) = random::graph("random graph", &random::choices(1000 + seed, 2000), 16, 14);
         let run = std::panic::catch_unwind(|| {
             let exe = Executable::new(lower(&g).unwrap()).unwrap();
