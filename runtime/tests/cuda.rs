@@ -2,8 +2,8 @@
 //! 65536 against the reference executor; a memory-bound graph past 2³¹ elements (64-bit
 //! indexing); clean errors for a size outside its range and an out-of-range gather index;
 //! library steps (MoE routing, long sorts and running sums, a bf16 Mixtral layer's tensor-core
-//! grouped matmuls), the cuBLASLt epilogue, CUDA graphs and the one download of data-dependent
-//! values.
+//! grouped matmuls), fused attention in each form, the cuBLASLt epilogue, CUDA graphs and the one
+//! download of data-dependent values.
 //! Without a CUDA driver (CI) each test reports itself skipped (a `test-skipped:` line that
 //! `ci/test` counts; the harness still says ok). With `GUARDLESS_REQUIRE_GPU=1` (`ci/gpu-check`)
 //! a test that would skip fails instead.
@@ -538,5 +538,105 @@ fn data_dependent_values_come_back_in_one_download_on_the_gpu() {
         for (got, w) in s.outputs(dev).unwrap().iter().zip(&want) {
             assert_close(&format!("n = {n}"), got, w);
         }
+    }
+}
+
+/// Attention graph `g` on the GPU at each (query length `u0`, key length `u1`), against the
+/// reference. A graph with one length (`projected`) takes `u0` alone.
+fn attention_on_the_gpu(what: &str, g: &Graph, lengths: &[(i64, i64)]) {
+    let one_length = g.env.symbol_id("u1").is_none();
+    let mut gpu = CudaProgram::compile(lower(g).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (s, &(u0, u1)) in lengths.iter().enumerate() {
+        let values = [("u0", u0), ("u1", u1)];
+        let values = &values[..if one_length { 1 } else { 2 }];
+        let at = format!("{what} at {values:?}");
+        let b = differential::bindings_of(&at, g, values);
+        let inputs = random_inputs(g, &b, 90 + s as u64, (-3, 7));
+        let b = reference::bind_inputs(g, &inputs, &b).unwrap();
+        let want = reference::run(g, &inputs, &b).unwrap();
+        let (exe, dev) = gpu.parts();
+        let mut s = Session::new(dev, exe, Inputs::Host(&inputs), &b, &POISON).unwrap();
+        s.execute(dev).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert_eq!(s.host_steps, 0, "{at}");
+        let ideal = || reference::run_unrounded(g, &inputs, &b).unwrap();
+        assert_accurate(&at, &s.outputs(dev).unwrap(), &want, &ideal);
+    }
+}
+
+#[test]
+fn fused_attention_runs_on_the_gpu() {
+    if !gpu("fused_attention_runs_on_the_gpu") {
+        return;
+    }
+    use differential::attention::{graph, projected, Form, BASE};
+    // Grouped-query decode over long caches: the keys split in shares (up to 64) and merged;
+    // prefill lengths across many 16 × 32 tiles (the reference executor's time bounds them: the
+    // decoder layer example runs attention to 65536 positions).
+    let gqa = Form {
+        heads: 4,
+        kv_heads: 1,
+        ..BASE
+    };
+    let lengths = [
+        (0, 0),
+        (1, 1),
+        (1, 5000),
+        (1, 40000),
+        (7, 3000),
+        (100, 1100),
+    ];
+    attention_on_the_gpu("f32", &graph(gqa), &lengths);
+    let causal = Form {
+        causal: true,
+        ..gqa
+    };
+    attention_on_the_gpu(
+        "f32 causal",
+        &graph(causal),
+        &[(500, 500), (2, 4000), (33, 40)],
+    );
+    // 8 × 16 tiles: head dims to 256 in bf16, and f64.
+    let wide = Form {
+        dtype: "bf16",
+        d: 256,
+        dv: 200,
+        causal: true,
+        ..BASE
+    };
+    attention_on_the_gpu(
+        "bf16 d256",
+        &graph(wide),
+        &[(1, 3000), (200, 200), (9, 2000)],
+    );
+    let f64 = Form {
+        dtype: "f64",
+        heads: 4,
+        kv_heads: 2,
+        d: 40,
+        dv: 24,
+        ..BASE
+    };
+    attention_on_the_gpu("f64", &graph(f64), &[(1, 1200), (65, 700)]);
+    // Masks through zero strides, operands transposed, f16.
+    for (what, mask) in [
+        ("bool mask", ("bool", r#"B, 1, "u0", "u1""#)),
+        ("additive mask", ("f32", r#""u0", "u1""#)),
+    ] {
+        let f = Form {
+            dtype: "f16",
+            heads: 4,
+            kv_heads: 2,
+            d: 128,
+            dv: 128,
+            causal: what == "bool mask",
+            mask: Some(mask),
+            transposed: true,
+            scale: Some(0.125),
+        };
+        attention_on_the_gpu(what, &graph(f), &[(1, 2), (1, 1500), (100, 1000)]);
+    }
+    // The output written as the projection reads it.
+    for causal in [false, true] {
+        attention_on_the_gpu("projected", &projected(causal), &[(1, 0), (600, 0)]);
     }
 }
