@@ -4,7 +4,7 @@
 //! nothing spills. A spill costs a compile round, never the compile: only a function with no
 //! smaller configuration left (or a library function, which has one configuration) fails it.
 
-use guardless_ir::loop_ir::Program;
+use guardless_ir::loop_ir::{BufferId, Program};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -32,10 +32,17 @@ pub enum BuildError {
 /// [`KernelConfig::smaller`](crate::schedule::config::KernelConfig::smaller) from the chosen one.
 /// A compiled artifact records these so that loading it generates the same code.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fallback {
-    pub kernel: usize,
-    pub variant: usize,
-    pub steps: usize,
+#[serde(untagged)]
+pub enum Fallback {
+    /// Variant `variant` of kernel `kernel` took `steps` smaller configurations.
+    Kernel {
+        kernel: usize,
+        variant: usize,
+        steps: usize,
+    },
+    /// The functions of library step `library` (a buffer index) were built with the registers
+    /// of one block per multiprocessor.
+    Library { library: usize },
 }
 
 /// A compiled module.
@@ -68,13 +75,23 @@ pub fn build(
         if spilled.is_empty() {
             let mut fallbacks: Vec<Fallback> = steps
                 .into_iter()
-                .map(|((kernel, variant), steps)| Fallback {
+                .map(|((kernel, variant), steps)| Fallback::Kernel {
                     kernel,
                     variant,
                     steps,
                 })
                 .collect();
-            fallbacks.sort_by_key(|f| (f.kernel, f.variant));
+            fallbacks.sort_by_key(|f| match *f {
+                Fallback::Kernel {
+                    kernel, variant, ..
+                } => (kernel, variant),
+                Fallback::Library { library } => (usize::MAX, library),
+            });
+            fallbacks.extend(
+                s.relaxed_library
+                    .iter()
+                    .map(|b| Fallback::Library { library: b.index() }),
+            );
             return Ok(Built {
                 module,
                 units,
@@ -82,6 +99,7 @@ pub fn build(
             });
         }
         let mut targets: Vec<((usize, usize), u32)> = Vec::new();
+        let mut relaxed = false;
         for e in &module.entries {
             let Some(&bytes) = spilled.get(e.name.as_str()) else {
                 continue;
@@ -89,23 +107,36 @@ pub fn build(
             match e.of {
                 EntryOf::Kernel { kernel, variant } => targets.push(((kernel, variant), bytes)),
                 EntryOf::Library { ref buffer, .. } => {
-                    let nodes = p
-                        .buffers
-                        .iter()
-                        .find(|b| &b.name == buffer)
-                        .map(|b| b.origins.join(", "))
-                        .unwrap_or_default();
-                    return Err(BuildError::Spills {
-                        function: e.name.clone(),
-                        nodes,
-                        bytes,
-                        arch: arch.into(),
-                        tried: String::new(),
-                    });
+                    // Its functions get the registers of one block per multiprocessor, once.
+                    let found = p.buffers.iter().position(|b| &b.name == buffer);
+                    let id = found.map(|i| BufferId(i as u32));
+                    match id.filter(|id| !s.relaxed_library.contains(id)) {
+                        Some(id) => {
+                            s.relaxed_library.push(id);
+                            relaxed = true;
+                        }
+                        None => {
+                            let nodes = found
+                                .map(|i| p.buffers[i].origins.join(", "))
+                                .unwrap_or_default();
+                            return Err(BuildError::Spills {
+                                function: e.name.clone(),
+                                nodes,
+                                bytes,
+                                arch: arch.into(),
+                                tried: " with the registers of one block per multiprocessor".into(),
+                            });
+                        }
+                    }
                 }
             }
         }
-        module = shrink(p, s, &module, &targets, &mut steps, arch)?;
+        module = if targets.is_empty() {
+            debug_assert!(relaxed);
+            generate(p, s)
+        } else {
+            shrink(p, s, &module, &targets, &mut steps, arch)?
+        };
     }
 }
 
@@ -168,19 +199,34 @@ fn function_key(m: &CudaModule, k: usize, v: usize) -> Option<String> {
 /// generating it gives the code that was compiled.
 pub fn replay(p: &mut Program, s: &mut Schedule, fallbacks: &[Fallback]) -> Result<(), String> {
     for f in fallbacks {
+        let (kernel, variant, steps) = match *f {
+            Fallback::Kernel {
+                kernel,
+                variant,
+                steps,
+            } => (kernel, variant, steps),
+            Fallback::Library { library } => {
+                if library >= p.buffers.len() {
+                    return Err(format!(
+                        "fallback for library step {library}: no such buffer"
+                    ));
+                }
+                s.relaxed_library.push(BufferId(library as u32));
+                continue;
+            }
+        };
         let k = s
             .kernels
-            .get_mut(f.kernel)
-            .ok_or_else(|| format!("fallback for kernel {}: no such kernel", f.kernel))?;
+            .get_mut(kernel)
+            .ok_or_else(|| format!("fallback for kernel {kernel}: no such kernel"))?;
         let name = k.name.clone();
-        if f.variant >= k.variants.len() {
-            return Err(format!("fallback for {name}: no variant {}", f.variant));
+        if variant >= k.variants.len() {
+            return Err(format!("fallback for {name}: no variant {variant}"));
         }
-        for _ in 0..f.steps {
-            if !shrink_variant(p, k, f.variant, "(recorded fallback)") {
+        for _ in 0..steps {
+            if !shrink_variant(p, k, variant, "(recorded fallback)") {
                 return Err(format!(
-                    "fallback for {name}_v{}: {} steps, but the configuration has fewer",
-                    f.variant, f.steps
+                    "fallback for {name}_v{variant}: {steps} steps, but the configuration has fewer"
                 ));
             }
         }

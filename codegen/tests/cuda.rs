@@ -290,7 +290,11 @@ fn compiles_without_spills(
         .unwrap_or_else(|e| panic!("{what}: {e}\n{}", m.source));
     for e in &m.entries {
         let r = c.kernels.iter().find(|k| k.name == e.name);
-        assert!(r.is_some_and(|r| r.spill_bytes == 0), "{what}: {}", e.name);
+        assert!(
+            r.is_some_and(|r| r.spill_bytes == 0),
+            "{what}: {} {r:?}",
+            e.name
+        );
     }
 }
 
@@ -502,8 +506,12 @@ fn grouped_mm_functions_compile_for_sm90() {
 
 #[test]
 fn attention_functions_compile_for_sm90_in_each_tile_form() {
-    let Some(include) = toolchain() else { return };
-    let options = nvrtc::options("sm_90", &include);
+    use guardless_codegen::build::{build, Fallback};
+    use guardless_codegen::cache::Cache;
+    if toolchain().is_none() {
+        return;
+    }
+    let mut relaxed = false;
     // Head dims 64/80/96/128 (16 × 32 tiles), 200/256 (8 × 16), f64 (8 × 16); causal, masks.
     for (dtype, d, dv, causal, mask) in [
         ("f32", 64, 64, true, ""),
@@ -513,6 +521,7 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
         ("bf16", 256, 256, true, ""),
         ("f32", 256, 200, false, "bool"),
         ("f64", 64, 64, true, "f64"),
+        ("f64", 40, 24, false, ""),
     ] {
         let (mask_input, mask_arg) = match mask {
             "" => (String::new(), ""),
@@ -521,7 +530,7 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
                 r#", "attn_mask": {"tensor": "m"}"#,
             ),
         };
-        let m = cuda_of(&format!(
+        let g = Graph::from_json(&format!(
             r#"{{"format": "guardless-graph", "version": 1, "name": "attention",
             "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000}}, {{"name": "u1", "kind": "unbacked", "max": 100000}}],
             "inputs": [{{"name": "q", "dtype": "{dtype}", "shape": [2, 8, "u0", {d}]}}, {{"name": "k", "dtype": "{dtype}", "shape": [2, 2, "u1", {d}]}},
@@ -529,14 +538,38 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
             "nodes": [{{"name": "out", "op": "aten.scaled_dot_product_attention.default",
                         "args": {{"query": {{"tensor": "q"}}, "key": {{"tensor": "k"}}, "value": {{"tensor": "v"}}, "is_causal": {causal}, "enable_gqa": true{mask_arg}}}}}],
             "outputs": [{{"tensor": "out"}}]}}"#
-        ));
+        ))
+        .unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
         let what = format!("{dtype} d = {d}, dv = {dv}, causal {causal}, mask {mask:?}");
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90")
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let m = &built.module;
         assert!(
             m.entries.iter().any(|e| e.name.starts_with("attention")),
             "{what}: no attention function"
         );
-        compiles_without_spills(&what, &m, &options);
+        for (c, _) in &built.units {
+            for k in &c.kernels {
+                assert_eq!(k.spill_bytes, 0, "{what}: {} spills", k.name);
+            }
+        }
+        // The spill fallback: the step's functions built for one block per multiprocessor.
+        let is_relaxed = built
+            .fallbacks
+            .iter()
+            .any(|f| matches!(f, Fallback::Library { .. }));
+        assert_eq!(
+            is_relaxed,
+            m.source.contains("__launch_bounds__(128, 1) attention"),
+            "{what}"
+        );
+        relaxed |= is_relaxed;
     }
+    // At NVRTC 13.0 the f64 split function at head dims 40/24 spills 12 bytes at ptxas's own
+    // register target and none with the registers of one block.
+    assert!(relaxed, "no attention function needed the fallback");
 }
 
 /// Names reach generated code only through `text::comment` and `text::identifier`: buffer and
@@ -603,7 +636,7 @@ fn user_names_reach_generated_code_only_as_comments_and_identifiers() {
 /// fallback's last step compiles it for one block per multiprocessor.
 #[test]
 fn a_kernel_with_no_smaller_configuration_builds_with_more_registers() {
-    use guardless_codegen::build::build;
+    use guardless_codegen::build::{build, Fallback};
     use guardless_codegen::cache::Cache;
     if toolchain().is_none() {
         return;
@@ -626,18 +659,24 @@ fn a_kernel_with_no_smaller_configuration_builds_with_more_registers() {
             }
         }
         for f in &built.fallbacks {
-            let k = &s.kernels[f.kernel];
-            if k.variants[f.variant].config.registers_relaxed {
+            let Fallback::Kernel {
+                kernel, variant, ..
+            } = *f
+            else {
+                continue;
+            };
+            let k = &s.kernels[kernel];
+            if k.variants[variant].config.registers_relaxed {
                 relaxed += 1;
                 assert!(
                     built.module.source.contains(&format!(
                         "__launch_bounds__({}, 1) {}_v{}(",
-                        k.variants[f.variant].config.threads, k.name, f.variant
+                        k.variants[variant].config.threads, k.name, variant
                     )),
                     "{}: {}_v{} is not compiled for one block",
                     g.name,
                     k.name,
-                    f.variant
+                    variant
                 );
                 assert!(
                     k.reasons

@@ -343,7 +343,13 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         };
         let buffer = p.buffers[b.index()].name.clone();
         let _ = writeln!(source);
+        let relaxed = s.relaxed_library.contains(&b);
         for (part, text, params) in parts {
+            let text = if relaxed {
+                registers_relaxed(&text)
+            } else {
+                text
+            };
             let phases = lines::phases(p, &p.buffers[b.index()], part);
             let mut name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
             // The same step of another layer (other buffers, other symbols) is the same
@@ -408,6 +414,28 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         entries,
         errors,
     }
+}
+
+/// `text` with every `__launch_bounds__(threads)` given a second number, 1: ptxas may then give
+/// each thread the registers of one block per multiprocessor (the spill fallback of a library
+/// step's functions, as `KernelConfig::registers_relaxed` is a kernel's).
+fn registers_relaxed(text: &str) -> String {
+    const BOUNDS: &str = "__launch_bounds__(";
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    while let Some(at) = rest.find(BOUNDS) {
+        let (head, tail) = rest.split_at(at + BOUNDS.len());
+        out.push_str(head);
+        let close = tail.find(')').unwrap_or(tail.len());
+        let threads = &tail[..close];
+        out.push_str(threads);
+        if !threads.contains(',') {
+            out.push_str(", 1");
+        }
+        rest = &tail[close..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Whether `ident` is a name the generator derives from the program — a pointer parameter

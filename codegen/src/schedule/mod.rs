@@ -116,6 +116,9 @@ pub struct Schedule {
     pub kernels: Vec<Kernel>,
     pub steps: Vec<Step>,
     pub memory: MemoryPlan,
+    /// Library steps whose device functions are built with the registers of one block per
+    /// multiprocessor (`__launch_bounds__(threads, 1)`): the spill fallback of `build::build`.
+    pub relaxed_library: Vec<BufferId>,
 }
 
 /// Schedules a lowered program. The program's environment answers every size question; nothing
@@ -149,6 +152,7 @@ pub fn schedule(program: &mut Program) -> Schedule {
         kernels,
         steps: ordered_steps,
         memory,
+        relaxed_library: Vec::new(),
     }
 }
 
