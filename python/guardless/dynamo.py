@@ -280,6 +280,8 @@ class CompiledFunction:
         cpu = self.device == "cpu"
         tensors = []
         for a in given:
+            if not cpu and a.is_cpu and a.dim() == 0:
+                a = a.to("cuda:0")  # a CPU scalar: one element copied
             if not (a.is_cpu if cpu else a.is_cuda and a.get_device() == 0):
                 raise GuardlessError(f"{self.name}: a tensor on {a.device}; this graph was compiled for {self.device}")
             tensors.append(_described(a))
@@ -355,7 +357,11 @@ def make_backend(fallback: bool = True):
             raise GuardlessError(
                 f"{name}: guardless compiles inference only, and this graph requires gradients; "
                 "call the model under torch.no_grad() or torch.inference_mode()")
-        devices = {x.device for x in example_inputs if isinstance(x, torch.Tensor)}
+        # A CPU scalar (a 0-d tensor: a Python float Dynamo passes as a tensor) goes with tensors
+        # of any device, as in PyTorch.
+        devices = {x.device for x in example_inputs
+                   if isinstance(x, torch.Tensor) and not (x.is_cpu and x.dim() == 0)}
+        devices = devices or {torch.device("cpu")}
         kinds = {d.type for d in devices}
         device = "cpu"
         if kinds == {"cuda"} and all(d.index in (None, 0) for d in devices) and _native().cuda_available():

@@ -412,6 +412,23 @@ class CudaBackendTest(unittest.TestCase):
         self.assertEqual(guardless.fallbacks(), [])
         self.assertEqual([c.device for c in b.compiled], ["cuda"])
 
+    def test_python_floats_go_with_cuda_tensors(self):
+        # With dynamic=True Dynamo passes a Python float (here attention's scale) as a 0-d CPU
+        # tensor beside the CUDA ones: the graph still runs on the GPU.
+        scale = 0.125
+
+        def attend(q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=scale)
+
+        f, b = compiled(attend, dynamic=True)
+        with torch.no_grad():
+            for n in (5, 300):
+                q = torch.randn(1, 8, n, 64, device="cuda")
+                k, v = (torch.randn(1, 2, n, 64, device="cuda") for _ in range(2))
+                torch.testing.assert_close(f(q, k, v), attend(q, k, v), atol=1e-4, rtol=1e-4)
+        self.assertEqual(guardless.fallbacks(), [])
+        self.assertEqual({c.device for c in b.compiled}, {"cuda"})
+
     def test_a_cuda_tensor_into_a_cpu_compile_is_an_error(self):
         f, b = compiled(lambda x: x * 2)
         f(torch.randn(4))
