@@ -93,6 +93,15 @@ def main():
             exact = fn(q.float(), k.float(), v.float())
         return (got.float() - exact).abs().max().item()
 
+    if not args.json:
+        # Each row as it is measured (a run stopped by a time limit keeps what it had).
+        where = f"{torch.cuda.get_device_name()}" if cuda else f"{args.threads} threads"
+        print(f"B=1 Hq={args.heads} Hkv={args.kv_heads} D={args.head_dim} {args.dtype}"
+              f"{' decode (Lq = 1)' if args.decode else ''}, {where}, "
+              f"medians of {args.repeats} interleaved rounds (ms)")
+        print("| causal | L | torch (fused) | torch (math) | guardless | guardless / torch | math / guardless "
+              "| error torch | error guardless | matches |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |", flush=True)
     results = []
     # A decode step's single query is not masked causally (top-left alignment would hide every
     # key but the first).
@@ -127,22 +136,16 @@ def main():
                         times[who].append(timed(f, q, k, v))
             ms = {w: 1000 * statistics.median(v) for w, v in times.items()}
             results.append({"causal": causal, "length": n, "ms": ms, "same": same, "errors": errors})
+            if not args.json:
+                e = errors
+                print(f"| {causal} | {n} | {ms['torch']:.3f} | {ms['torch_math']:.3f} | "
+                      f"{ms['guardless']:.3f} | {ms['guardless'] / ms['torch']:.2f} | "
+                      f"{ms['torch_math'] / ms['guardless']:.1f} | {e['torch']:.1e} | {e['guardless']:.1e} | {same} |",
+                      flush=True)
     fallbacks = [f.reason for f in guardless.fallbacks()]
     if args.json:
         print(json.dumps({"results": results, "fallbacks": fallbacks}))
         sys.exit(1 if fallbacks else 0)
-    where = f"{torch.cuda.get_device_name()}" if cuda else f"{args.threads} threads"
-    print(f"B=1 Hq={args.heads} Hkv={args.kv_heads} D={args.head_dim} {args.dtype}"
-          f"{' decode (Lq = 1)' if args.decode else ''}, {where}, "
-          f"medians of {args.repeats} interleaved rounds (ms)")
-    print("| causal | L | torch (fused) | torch (math) | guardless | guardless / torch | math / guardless "
-          "| error torch | error guardless | matches |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for r in results:
-        ms, e = r["ms"], r["errors"]
-        print(f"| {r['causal']} | {r['length']} | {ms['torch']:.3f} | {ms['torch_math']:.3f} | "
-              f"{ms['guardless']:.3f} | {ms['guardless'] / ms['torch']:.2f} | "
-              f"{ms['torch_math'] / ms['guardless']:.1f} | {e['torch']:.1e} | {e['guardless']:.1e} | {r['same']} |")
     if fallbacks:
         # The guardless column is then PyTorch's own time.
         sys.exit(f"guardless fell back to eager: {fallbacks}")
