@@ -10,7 +10,7 @@ mod examples;
 
 use emu::sampled::{check_variant, selected};
 use examples::toolchain;
-use guardless_codegen::build::{build, replay};
+use guardless_codegen::build::{build, replay, Fallback};
 use guardless_codegen::cache::Cache;
 use guardless_codegen::cuda::generate;
 use guardless_codegen::schedule::Strategy;
@@ -95,18 +95,31 @@ fn a_configuration_that_spills_is_replaced_by_a_smaller_one() {
         "nothing spilled: the forced configuration is not tested"
     );
     let text = s.to_text(&p);
-    for f in &built.fallbacks {
+    // (kernel, variant, steps) of each fallback: all of kernels (the softmax has no library step).
+    let fallbacks: Vec<(usize, usize, usize)> = built
+        .fallbacks
+        .iter()
+        .map(|f| match *f {
+            Fallback::Kernel {
+                kernel,
+                variant,
+                steps,
+            } => (kernel, variant, steps),
+            Fallback::Library { .. } => panic!("{f:?}: the softmax has no library step"),
+        })
+        .collect();
+    for &(kernel, variant, steps) in &fallbacks {
         assert!(
-            forced.contains(&(f.kernel, f.variant)),
-            "{f:?} was not forced"
+            forced.contains(&(kernel, variant)),
+            "v{variant} of kernel {kernel} was not forced"
         );
-        assert!(f.steps >= 1);
-        let why = format!("why spills: v{} spilled ", f.variant);
+        assert!(steps >= 1);
+        let why = format!("why spills: v{variant} spilled ");
         assert!(
             text.contains(&why),
             "the schedule does not say {why}…:\n{text}"
         );
-        let c = &s.kernels[f.kernel].variants[f.variant].config;
+        let c = &s.kernels[kernel].variants[variant].config;
         assert!(c.row_cache < 255 || c.strategy == Strategy::Looped, "{c:?}");
     }
 
@@ -117,14 +130,19 @@ fn a_configuration_that_spills_is_replaced_by_a_smaller_one() {
     assert_eq!(generate(&mut p2, &s2).source, built.module.source);
     // More steps than the ladder has is an error, not a panic.
     let mut too_many = built.fallbacks.clone();
-    too_many[0].steps = 100;
+    let (kernel, variant, _) = fallbacks[0];
+    too_many[0] = Fallback::Kernel {
+        kernel,
+        variant,
+        steps: 100,
+    };
     let (mut p3, mut s3) = scheduled();
     let e = replay(&mut p3, &mut s3, &too_many).unwrap_err();
     assert!(e.contains("steps, but the configuration has fewer"), "{e}");
 
     // Each variant fallen back to computes the softmax where the launcher picks it.
     let c = emu::build("spill_fallback", &p, &built.module);
-    for f in &built.fallbacks {
+    for &(kernel, variant, _) in &fallbacks {
         let mut ran = false;
         'sizes: for n in [1, 5, 64, 300, 4096, 5000] {
             for m in [1, 31, 32, 100, 1000, 1024] {
@@ -132,16 +150,18 @@ fn a_configuration_that_spills_is_replaced_by_a_smaller_one() {
                 b.set(p.env.symbol_id("n").unwrap(), n);
                 b.set(p.env.symbol_id("m").unwrap(), m);
                 let none = FxHashSet::default();
-                if selected(&p, &s, &built.module, f.kernel, &b, &none) != Some(f.variant) {
+                if selected(&p, &s, &built.module, kernel, &b, &none) != Some(variant) {
                     continue;
                 }
-                check_variant(&p, &s, &built.module, &c, f.kernel, f.variant, &b, &none, 1)
-                    .unwrap_or_else(|e| panic!("{f:?} at n={n}, m={m}: {e}"));
+                check_variant(&p, &s, &built.module, &c, kernel, variant, &b, &none, 1)
+                    .unwrap_or_else(|e| {
+                        panic!("v{variant} of kernel {kernel} at n={n}, m={m}: {e}")
+                    });
                 ran = true;
                 break 'sizes;
             }
         }
-        assert!(ran, "no size tried selects {f:?}");
+        assert!(ran, "no size tried selects v{variant} of kernel {kernel}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
