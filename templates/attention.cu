@@ -16,17 +16,8 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   long long gl_block = blockIdx.x;
 {%- if split %}
   // The shares: as many as {{ splits_doc }}.
-  long long gl_splits = 1;
-  {
-    const long long gl_base = ({{ batch }}) * gl_kv_heads * gl_tiles;
-    if (gl_rows <= {{ br }} && gl_base > 0) {
-      gl_splits = ({{ target_blocks }} + gl_base - 1) / gl_base;
-      const long long gl_most = (gl_lk + {{ min_keys_last }}) / {{ min_keys }};
-      if (gl_most < gl_splits) gl_splits = gl_most;
-      if (gl_splits > {{ max_splits }}) gl_splits = {{ max_splits }};
-      if (gl_splits < 1) gl_splits = 1;
-    }
-  }
+  const long long gl_splits = gl_attention_splits(gl_rows, {{ br }}, ({{ batch }}) * gl_kv_heads * gl_tiles, gl_lk,
+                                                  {{ target_blocks }}, {{ min_keys }}, {{ max_splits }});
   const long long gl_split = gl_block % gl_splits;
   gl_block /= gl_splits;
 {%- endif %}

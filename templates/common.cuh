@@ -204,3 +204,18 @@ struct GlScanLogSumExp {
     return hi + log1p(exp(lo - hi));
   }
 };
+
+// Fused attention, split keys: the shares of `keys` keys for a launch of `blocks` blocks of rows
+// (`rows` rows per key/value head, `tile` per block). Only when the rows fit one block: as many as
+// bring the launch to `target` blocks, each of at least `least` keys, at most `most` — the
+// launcher's count (`codegen::cuda::attention::splits`), computed alike by the split function and
+// the merge.
+__device__ __forceinline__ long long gl_attention_splits(long long rows, long long tile, long long blocks, long long keys,
+                                                         long long target, long long least, long long most) {
+  if (rows > tile || blocks <= 0) return 1;
+  long long s = (target + blocks - 1) / blocks;
+  const long long fit = (keys + least - 1) / least;
+  if (fit < s) s = fit;
+  if (s > most) s = most;
+  return s < 1 ? 1 : s;
+}

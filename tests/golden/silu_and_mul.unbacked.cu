@@ -215,6 +215,21 @@ struct GlScanLogSumExp {
   }
 };
 
+// Fused attention, split keys: the shares of `keys` keys for a launch of `blocks` blocks of rows
+// (`rows` rows per key/value head, `tile` per block). Only when the rows fit one block: as many as
+// bring the launch to `target` blocks, each of at least `least` keys, at most `most` — the
+// launcher's count (`codegen::cuda::attention::splits`), computed alike by the split function and
+// the merge.
+__device__ __forceinline__ long long gl_attention_splits(long long rows, long long tile, long long blocks, long long keys,
+                                                         long long target, long long least, long long most) {
+  if (rows > tile || blocks <= 0) return 1;
+  long long s = (target + blocks - 1) / blocks;
+  const long long fit = (keys + least - 1) / least;
+  if (fit < s) s = fit;
+  if (s > most) s = most;
+  return s < 1 ? 1 : s;
+}
+
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
 extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {

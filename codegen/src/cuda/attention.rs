@@ -181,7 +181,6 @@ pub(super) fn render(
         ("dv_2", dv + 2),
         ("target_blocks", TARGET_BLOCKS),
         ("min_keys", MIN_KEYS),
-        ("min_keys_last", MIN_KEYS - 1),
         ("max_splits", MAX_SPLITS),
     ] {
         ctx.insert(key_, &n);
@@ -246,7 +245,8 @@ pub const MERGE_THREADS: i64 = 128;
 /// Shares of the keys for a launch (1: no split): only when the rows of each key/value head fit
 /// one block (decode, short queries) and the blocks would leave the GPU idle — as many as bring
 /// the launch to [`TARGET_BLOCKS`], each of at least [`MIN_KEYS`] keys. The split function and
-/// the merge compute the same count from the same sizes.
+/// the merge compute the same count from the same sizes (`gl_attention_splits` in
+/// `templates/common.cuh`).
 pub fn splits(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64, lk: i64) -> i64 {
     if kv_heads <= 0 {
         return 1;

@@ -268,7 +268,7 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
             symbols: None,
         };
         for (vi, v) in k.variants.iter().enumerate() {
-            let mut name = format!("{}_v{vi}", k.name);
+            let name = format!("{}_v{vi}", k.name);
             let c = &v.config;
             let done = rendered
                 .iter()
@@ -289,16 +289,7 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
             // Compared by structure: without the comments (which describe the variant) and with
             // the names of parameters and locals abstracted, so that the same kernel of another
             // layer (other buffers, other loop variables) is the same function.
-            let code = structural_key(&text);
-            match seen.get(&code).filter(|_| sharing == Sharing::Shared) {
-                Some(first) => name = first.clone(),
-                None => {
-                    seen.insert(code, name.clone());
-                    let f = text.replace(ENTRY, &name);
-                    source.push_str(&f);
-                    functions.push((name.clone(), f));
-                }
-            }
+            let name = emit_shared(&text, name, sharing, &mut seen, &mut source, &mut functions);
             entries.push(Entry {
                 of: EntryOf::Kernel {
                     kernel: ki,
@@ -351,20 +342,11 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
                 text
             };
             let phases = lines::phases(p, &p.buffers[b.index()], part);
-            let mut name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
+            let name = format!("{kind}{}_{}", &pointers[b.index()][1..], part.name());
             // The same step of another layer (other buffers, other symbols) is the same
             // function, as kernels are (error codes are literals: steps raising different
             // messages differ).
-            let code = structural_key(&text);
-            match seen.get(&code).filter(|_| sharing == Sharing::Shared) {
-                Some(first) => name = first.clone(),
-                None => {
-                    seen.insert(code, name.clone());
-                    let f = text.replace(ENTRY, &name);
-                    source.push_str(&f);
-                    functions.push((name.clone(), f));
-                }
-            }
+            let name = emit_shared(&text, name, sharing, &mut seen, &mut source, &mut functions);
             entries.push(Entry {
                 of: EntryOf::Library {
                     buffer: buffer.clone(),
@@ -414,6 +396,30 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
         entries,
         errors,
     }
+}
+
+/// Emits function `text` (named [`ENTRY`]) as `name` into `source` and `functions`, unless one of
+/// the same structure ([`structural_key`]) was emitted before and `sharing` allows sharing: then
+/// it is that one. Returns the name to launch.
+fn emit_shared(
+    text: &str,
+    name: String,
+    sharing: Sharing,
+    seen: &mut rustc_hash::FxHashMap<String, String>,
+    source: &mut String,
+    functions: &mut Vec<(String, String)>,
+) -> String {
+    let code = structural_key(text);
+    if sharing == Sharing::Shared {
+        if let Some(first) = seen.get(&code) {
+            return first.clone();
+        }
+    }
+    seen.insert(code, name.clone());
+    let f = text.replace(ENTRY, &name);
+    source.push_str(&f);
+    functions.push((name.clone(), f));
+    name
 }
 
 /// `text` with every `__launch_bounds__(threads)` given a second number, 1: ptxas may then give

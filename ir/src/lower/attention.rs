@@ -3,7 +3,7 @@
 use super::args::{msg, tensor};
 use super::{LTensor, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode};
-use crate::loop_ir::{Attention, Buffer, BufferId, BufferKind, ExternKernel, Layout};
+use crate::loop_ir::{Attention, BufferId, BufferKind, ExternKernel, Layout};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -62,9 +62,7 @@ pub(super) fn fused(l: &mut Lowerer, n: &GraphNode, name: &str) -> R<Vec<LTensor
         r.producer == crate::graph::Producer::Node(me) && r.index.unwrap_or(0) > 0
     };
     let used = l
-        .graph
-        .nodes
-        .iter()
+        .readers()
         .any(|m| m.args.iter().any(|a| a.tensor_refs().any(&read)))
         || l.graph.outputs.iter().any(|o| read(&o.tensor));
     if used {
@@ -170,14 +168,7 @@ fn attention(l: &mut Lowerer, n: &GraphNode, mask_arg: &str) -> R<LTensor> {
             strides: vec![lhd, ev, hd, p.one()],
             offset: p.zero(),
         };
-        let id = BufferId(l.buffers.len() as u32);
-        l.buffers.push(Buffer {
-            name: format!("buf{}", id.0),
-            dtype,
-            layout: layout.clone(),
-            kind,
-            origins: vec![n.name.clone()],
-        });
+        let id = l.push_buffer(kind, dtype, layout.clone(), &n.name);
         super::buffer_tensor(id, dtype, layout)
     } else {
         l.add_buffer(kind, dtype, &sizes, &n.name)
@@ -208,7 +199,7 @@ fn read_transposed(l: &Lowerer) -> bool {
         }
     };
     let mut readers = 0;
-    for n in &l.graph.nodes {
+    for n in l.readers() {
         if !n.args.iter().any(|a| a.tensor_refs().any(mine)) {
             continue;
         }
@@ -296,13 +287,5 @@ fn view_buffer(l: &mut Lowerer, id: BufferId, layout: Layout, origin: &str) -> B
         base = b;
     }
     let dtype = l.buffers[id.index()].dtype;
-    let view = BufferId(l.buffers.len() as u32);
-    l.buffers.push(Buffer {
-        name: format!("buf{}", view.0),
-        dtype,
-        layout,
-        kind: BufferKind::View { base },
-        origins: vec![origin.to_string()],
-    });
-    view
+    l.push_buffer(BufferKind::View { base }, dtype, layout, origin)
 }

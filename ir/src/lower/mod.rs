@@ -133,6 +133,8 @@ pub(crate) struct Lowerer<'g> {
     /// Each node's outputs (several for split, max.dim, …).
     values: Vec<Vec<LTensor>>,
     uses: Vec<usize>,
+    /// The nodes that read each node (indices, once each, in graph order).
+    readers: Vec<Vec<usize>>,
     outputs: Vec<BufferId>,
     writes_back: Vec<WriteBack>,
     /// While a node is lowered by its 0-d rule (`zero_dim`): its 0-d tensors viewed as `[1]`.
@@ -166,19 +168,21 @@ impl<'g> Lowerer<'g> {
             inputs.push(buffer_tensor(id, inp.dtype, layout));
         }
         let mut uses = vec![0; graph.nodes.len()];
-        let mut count = |r: &TensorRef| {
-            if let Producer::Node(n) = r.producer {
-                uses[n] += 1;
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.nodes.len()];
+        for (reader, n) in graph.nodes.iter().enumerate() {
+            for r in n.args.iter().flat_map(Arg::tensor_refs) {
+                if let Producer::Node(p) = r.producer {
+                    uses[p] += 1;
+                    if readers[p].last() != Some(&reader) {
+                        readers[p].push(reader);
+                    }
+                }
             }
-        };
-        for n in &graph.nodes {
-            n.args
-                .iter()
-                .flat_map(Arg::tensor_refs)
-                .for_each(&mut count);
         }
         for o in &graph.outputs {
-            count(&o.tensor);
+            if let Producer::Node(p) = o.tensor.producer {
+                uses[p] += 1;
+            }
         }
         Lowerer {
             graph,
@@ -187,11 +191,20 @@ impl<'g> Lowerer<'g> {
             inputs,
             values: Vec::new(),
             uses,
+            readers,
             outputs: Vec::new(),
             writes_back: Vec::new(),
             substitutes: Vec::new(),
             current: 0,
         }
+    }
+
+    /// The nodes that read an output of the node being lowered (not the graph's outputs).
+    pub(crate) fn readers(&self) -> impl Iterator<Item = &'g crate::graph::GraphNode> + '_ {
+        let graph = self.graph;
+        self.readers[self.current]
+            .iter()
+            .map(move |&r| &graph.nodes[r])
     }
 
     /// The node being lowered as errors name it: `node 'emb' (aten.embedding.default)`.
@@ -563,15 +576,27 @@ impl<'g> Lowerer<'g> {
         origin: &str,
     ) -> LTensor {
         let layout = Layout::contiguous(&mut self.env, sizes);
+        let id = self.push_buffer(kind, dtype, layout.clone(), origin);
+        buffer_tensor(id, dtype, layout)
+    }
+
+    /// A new buffer `kind` through `layout` (named `buf{id}`, from node `origin`).
+    pub(crate) fn push_buffer(
+        &mut self,
+        kind: BufferKind,
+        dtype: DType,
+        layout: Layout,
+        origin: &str,
+    ) -> BufferId {
         let id = BufferId(self.buffers.len() as u32);
         self.buffers.push(Buffer {
             name: format!("buf{}", id.0),
             dtype,
-            layout: layout.clone(),
+            layout,
             kind,
             origins: vec![origin.to_string()],
         });
-        buffer_tensor(id, dtype, layout)
+        id
     }
 
     /// A buffer holding `t` for a library kernel: its own buffer, a view of the buffer it is a
@@ -582,15 +607,7 @@ impl<'g> Lowerer<'g> {
         }
         match t.strided {
             Some((base, layout)) => {
-                let id = BufferId(self.buffers.len() as u32);
-                self.buffers.push(Buffer {
-                    name: format!("buf{}", id.0),
-                    dtype: t.dtype,
-                    layout,
-                    kind: BufferKind::View { base },
-                    origins: vec![origin.to_string()],
-                });
-                id
+                self.push_buffer(BufferKind::View { base }, t.dtype, layout, origin)
             }
             None => self.realize(t, origin).buffer.expect("realized"),
         }
