@@ -2,7 +2,7 @@
 //! through the disk cache; a kernel variant that spills registers (ptxas's report) is given the
 //! next smaller configuration ([`KernelConfig::smaller`]) and the module is compiled again, until
 //! nothing spills. A spill costs a compile round, never the compile: only a function with no
-//! smaller configuration left (or a library function, which has one configuration) fails it.
+//! smaller configuration left (or a library function already given more registers) fails it.
 
 use guardless_ir::loop_ir::{BufferId, Program};
 use rustc_hash::FxHashMap;
@@ -73,7 +73,9 @@ pub fn build(
             .map(|r| (r.name.as_str(), r.spill_bytes))
             .collect();
         if spilled.is_empty() {
-            let mut fallbacks: Vec<Fallback> = steps
+            let mut kernels: Vec<_> = steps.into_iter().collect();
+            kernels.sort_unstable();
+            let mut fallbacks: Vec<Fallback> = kernels
                 .into_iter()
                 .map(|((kernel, variant), steps)| Fallback::Kernel {
                     kernel,
@@ -81,12 +83,6 @@ pub fn build(
                     steps,
                 })
                 .collect();
-            fallbacks.sort_by_key(|f| match *f {
-                Fallback::Kernel {
-                    kernel, variant, ..
-                } => (kernel, variant),
-                Fallback::Library { library } => (usize::MAX, library),
-            });
             fallbacks.extend(
                 s.relaxed_library
                     .iter()
@@ -99,7 +95,6 @@ pub fn build(
             });
         }
         let mut targets: Vec<((usize, usize), u32)> = Vec::new();
-        let mut relaxed = false;
         for e in &module.entries {
             let Some(&bytes) = spilled.get(e.name.as_str()) else {
                 continue;
@@ -113,7 +108,6 @@ pub fn build(
                     match id.filter(|id| !s.relaxed_library.contains(id)) {
                         Some(id) => {
                             s.relaxed_library.push(id);
-                            relaxed = true;
                         }
                         None => {
                             let nodes = found
@@ -131,8 +125,8 @@ pub fn build(
                 }
             }
         }
+        // Only library steps spilled: they are relaxed now.
         module = if targets.is_empty() {
-            debug_assert!(relaxed);
             generate(p, s)
         } else {
             shrink(p, s, &module, &targets, &mut steps, arch)?
