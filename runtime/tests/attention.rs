@@ -9,7 +9,7 @@
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
 
-use differential::attention::{graph, projected, Form, BASE};
+use differential::attention::{graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED};
 use differential::*;
 use guardless_ir::loop_ir::{BufferKind, ExternKernel};
 use guardless_ir::lower::lower;
@@ -291,6 +291,123 @@ fn the_output_is_stored_as_the_output_projection_reads_it() {
                 false,
                 Some(&ideal)
             ));
+        }
+    }
+}
+
+/// Batches of (query tokens, context length) per sequence: decodes, prefills, chunked
+/// prefills, mixed, a sequence with nothing to do, a full block table, none at all.
+const BATCHES: &[&[(i64, i64)]] = &[
+    &[(1, 1), (1, 17), (1, 100)],
+    &[(17, 17), (5, 5)],
+    &[(8, 40)],
+    &[(1, 33), (12, 12), (0, 0), (4, 70), (1, 1)],
+    &[(3, 192), (1, 191)],
+    &[],
+];
+
+/// Compiles the paged graph of `f` once and compares it with the reference on each batch.
+fn check_paged(f: Paged, batches: &[&[(i64, i64)]]) {
+    let g = paged_graph(f);
+    let program = lower(&g).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+    let steps: Vec<&str> = program
+        .buffers
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BufferKind::Computed { .. } => Some("computed"),
+            BufferKind::Extern { kernel, .. } => Some(kernel.name()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, ["paged_attention"], "{f:?}: {}", program.to_text());
+    let cpu = CpuProgram::compile(program).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+    let options = RunOptions {
+        poison: true,
+        threads: 2,
+    };
+    for (s, seqs) in batches.iter().enumerate() {
+        let what = format!("{f:?} on {seqs:?}");
+        let (inputs, values) = paged_inputs(&g, f, seqs, s as u64);
+        let b = bindings_of(&what, &g, &values);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b);
+        assert!(want.is_ok(), "{what}: {want:?}");
+        let got = cpu.run(&inputs, &b, &options);
+        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+        assert!(
+            judge_accurate(&what, got, want, &values, true, Some(&ideal)),
+            "{what}: refused"
+        );
+    }
+}
+
+#[test]
+fn paged_attention_matches_the_reference_on_mixed_batches() {
+    check_paged(PAGED, BATCHES);
+    for (heads, kv_heads, d, dv, block_size) in [
+        (8, 1, 128, 128, 32),
+        (4, 4, 80, 80, 16),
+        (8, 8, 5, 3, 1),
+        (6, 2, 256, 256, 64),
+    ] {
+        let f = Paged {
+            heads,
+            kv_heads,
+            d,
+            dv,
+            block_size,
+            blocks: 24,
+            width: 192 / block_size + 1,
+            ..PAGED
+        };
+        check_paged(f, BATCHES);
+    }
+}
+
+#[test]
+fn paged_attention_in_every_float_dtype_matches_the_reference() {
+    for dtype in ["bf16", "f16", "f64"] {
+        check_paged(
+            Paged {
+                dtype,
+                scale: Some(0.2),
+                ..PAGED
+            },
+            BATCHES,
+        );
+    }
+}
+
+/// Sequence data that breaks the op's rules is an error naming the rule, never a read outside
+/// the cache.
+#[test]
+fn paged_attention_refuses_bad_sequence_data() {
+    use guardless_ir::loop_ir::PagedCheck;
+    use guardless_ir::tensor::Data;
+    let g = paged_graph(PAGED);
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let seqs = [(2, 20), (1, 7)];
+    let edits: [(usize, usize, i64, PagedCheck); 5] = [
+        (5, 0, 1, PagedCheck::QueryStart),
+        (5, 1, 4, PagedCheck::QueryStart),
+        (4, 0, 1, PagedCheck::ContextLength),
+        (4, 1, 10_000, PagedCheck::ContextLength),
+        (3, 1, 40, PagedCheck::Block),
+    ];
+    for (input, at, value, check) in edits {
+        let (mut inputs, values) = paged_inputs(&g, PAGED, &seqs, 3);
+        let Data::Int(v) = &mut inputs[input].data else {
+            unreachable!("int operands")
+        };
+        v[at] = value;
+        let b = bindings_of("bad", &g, &values);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b).expect_err("the reference refuses");
+        let got = cpu
+            .run(&inputs, &b, &RunOptions::default())
+            .expect_err("the backend refuses");
+        for e in [want.to_string(), got.to_string()] {
+            assert!(e.contains(check.message()), "{check:?}: {e}");
         }
     }
 }

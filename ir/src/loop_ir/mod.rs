@@ -292,6 +292,71 @@ pub enum ExternKernel {
     /// other is added to the scores. A row whose keys are all hidden (or that has none) is zero,
     /// as in PyTorch. Scores, the softmax and the weighted sum are in f32 (f64 for f64 inputs).
     Attention(Attention),
+    /// Attention over a paged key/value cache, for a flattened batch of sequences of any
+    /// lengths (serving: prefills, chunked prefills and decodes in one call). Inputs:
+    /// `q [T, Hq, D]` (the query tokens of every sequence, in order), `key_cache
+    /// [num_blocks, block_size, Hkv, D]`, `value_cache [num_blocks, block_size, Hkv, Dv]`,
+    /// `block_table [S, max_blocks]` (sequence `s`'s key position `j` is row `j % block_size`
+    /// of cache block `block_table[s, j / block_size]`), `context_lens [S]` (keys per
+    /// sequence, its new tokens included) and `query_start [S + 1]` (sequence `s`'s queries
+    /// are tokens `query_start[s]..query_start[s + 1]`). Causal with bottom-right alignment:
+    /// query `i` of a sequence with `n` queries and `c` keys sees keys `0..=c - n + i`. The
+    /// result `[T, Hq, Dv]` in q's dtype; a row that sees no key is 0. Data that breaks these
+    /// rules (offsets that decrease or miss `T`, fewer keys than queries, more keys than the
+    /// table holds, a block outside the cache) is a run-time error, never a read outside.
+    PagedAttention(PagedAttention),
+}
+
+/// What a paged attention step computes beyond its operands.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct PagedAttention {
+    /// The scale of the scores as f64 bits; `None`: `1/sqrt(D)`.
+    pub scale_bits: Option<u64>,
+}
+
+impl PagedAttention {
+    /// The step as the ordinary form's spec: causal, the same scale (the causal alignment is
+    /// the paged form's own).
+    pub fn as_attention(self) -> Attention {
+        Attention {
+            causal: true,
+            scale_bits: self.scale_bits,
+        }
+    }
+}
+
+/// The run-time requirements of a paged attention step's sequence data (see
+/// [`ExternKernel::PagedAttention`]), each with its message.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum PagedCheck {
+    /// `query_start` starts at 0, never decreases and ends at the number of query tokens.
+    QueryStart,
+    /// A sequence has at least as many keys as queries, and no more than its table holds.
+    ContextLength,
+    /// A block the table names lies inside the cache.
+    Block,
+}
+
+impl PagedCheck {
+    pub const ALL: [PagedCheck; 3] = [
+        PagedCheck::QueryStart,
+        PagedCheck::ContextLength,
+        PagedCheck::Block,
+    ];
+
+    pub fn message(self) -> &'static str {
+        match self {
+            PagedCheck::QueryStart => {
+                "paged_attention: query_start must start at 0, never decrease and end at the number of query tokens"
+            }
+            PagedCheck::ContextLength => {
+                "paged_attention: a sequence's context length must be at least its query count and fit its block table"
+            }
+            PagedCheck::Block => {
+                "paged_attention: a block table entry is outside the cache"
+            }
+        }
+    }
 }
 
 /// What an attention step computes beyond its operands.
@@ -334,6 +399,7 @@ impl ExternKernel {
             ExternKernel::Bmm => "bmm",
             ExternKernel::GroupedMm => "grouped_mm",
             ExternKernel::Attention(_) => "attention",
+            ExternKernel::PagedAttention(_) => "paged_attention",
         }
     }
 
@@ -341,6 +407,9 @@ impl ExternKernel {
     pub fn describe(self) -> String {
         match self {
             ExternKernel::Attention(a) => format!("attention[{}]", a.describe()),
+            ExternKernel::PagedAttention(a) => {
+                format!("paged_attention[{}]", a.as_attention().describe())
+            }
             k => k.name().into(),
         }
     }

@@ -3,7 +3,7 @@
 use super::args::{msg, tensor};
 use super::{LTensor, Lowerer, NodeError};
 use crate::graph::{Arg, DType, GraphNode};
-use crate::loop_ir::{Attention, BufferId, BufferKind, ExternKernel, Layout};
+use crate::loop_ir::{Attention, BufferId, BufferKind, ExternKernel, Layout, PagedAttention};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -179,6 +179,85 @@ fn attention(l: &mut Lowerer, n: &GraphNode, mask_arg: &str) -> R<LTensor> {
     let mut sizes = out_lead;
     sizes.push(ev);
     super::views::view(l, out, &sizes)
+}
+
+/// `guardless.paged_attention`: attention of a flattened batch of sequences over a paged
+/// key/value cache, one step ([`ExternKernel::PagedAttention`]); every operand read in place.
+pub(super) fn paged(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let q = tensor(l, n, "query")?;
+    let (k, v) = (tensor(l, n, "key_cache")?, tensor(l, n, "value_cache")?);
+    let table = tensor(l, n, "block_table")?;
+    let (lens, starts) = (tensor(l, n, "context_lens")?, tensor(l, n, "query_start")?);
+    for (what, t, rank) in [
+        ("query [T, Hq, D]", &q, 3),
+        ("key_cache [num_blocks, block_size, Hkv, D]", &k, 4),
+        ("value_cache [num_blocks, block_size, Hkv, Dv]", &v, 4),
+        ("block_table [S, max_blocks]", &table, 2),
+        ("context_lens [S]", &lens, 1),
+        ("query_start [S + 1]", &starts, 1),
+    ] {
+        if t.sizes.len() != rank {
+            return msg(format!(
+                "expects {what}: {rank} dimensions, found {}",
+                t.sizes.len()
+            ));
+        }
+    }
+    if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
+        return msg(format!(
+            "expects query, key_cache and value_cache of one floating-point dtype, found {}, {} and {}",
+            q.dtype, k.dtype, v.dtype
+        ));
+    }
+    for (what, t) in [
+        ("block_table", &table),
+        ("context_lens", &lens),
+        ("query_start", &starts),
+    ] {
+        if !matches!(t.dtype, DType::I32 | DType::I64) {
+            return msg(format!("{what}: expected int32 or int64, found {}", t.dtype));
+        }
+    }
+    let (hq, d) = (q.sizes[1], q.sizes[2]);
+    let (hk, dv) = (k.sizes[2], v.sizes[3]);
+    let seqs = table.sizes[0];
+    let one = l.env.pool().one();
+    let seqs_1 = l.env.pool_mut().add(seqs, one);
+    for (what, x, y) in [
+        ("value_cache blocks", v.sizes[0], k.sizes[0]),
+        ("value_cache block size", v.sizes[1], k.sizes[1]),
+        ("value_cache heads", v.sizes[2], hk),
+        ("key_cache head dim", k.sizes[3], d),
+        ("context_lens length", lens.sizes[0], seqs),
+        ("query_start length", starts.sizes[0], seqs_1),
+    ] {
+        let eq = l.env.pool_mut().eq(x, y);
+        l.require(eq, |env| {
+            format!(
+                "{what} {} differs from {} (query [T, Hq, D], caches [num_blocks, block_size, Hkv, D|Dv], \
+                 block_table [S, max_blocks], context_lens [S], query_start [S + 1])",
+                env.text(x),
+                env.text(y)
+            )
+        })?;
+    }
+    if head_ratio(l, hq, hk).is_none() {
+        return msg("query heads must be a constant multiple of key/value heads");
+    }
+    let scale_bits = match n.arg("scale") {
+        Some(Arg::Float(f)) => Some(f.to_bits()),
+        None | Some(Arg::None) => None,
+        other => return msg(format!("scale: expected a float or null, found {other:?}")),
+    };
+    let dtype = q.dtype;
+    let sizes = [q.sizes[0], hq, dv];
+    let inputs = [q, k, v, table, lens, starts].map(|t| l.as_buffer(t, &n.name));
+    let kernel = ExternKernel::PagedAttention(PagedAttention { scale_bits });
+    let kind = BufferKind::Extern {
+        kernel,
+        inputs: inputs.to_vec(),
+    };
+    Ok(l.add_buffer(kind, dtype, &sizes, &n.name))
 }
 
 /// Whether every reader of the node being lowered (its output 0) swaps dimensions 1 and 2

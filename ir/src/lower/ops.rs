@@ -69,6 +69,7 @@ fn lower_op(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         | "_scaled_dot_product_flash_attention"
         | "_scaled_dot_product_efficient_attention"
         | "_scaled_dot_product_cudnn_attention" => attention::fused(l, n, name),
+        "guardless.paged_attention" => one(attention::paged(l, n)),
         "_softmax" | "_log_softmax" => {
             let x = tensor(l, n, "self")?;
             let dim = dim_arg(l, n, "dim", x.sizes.len())?;

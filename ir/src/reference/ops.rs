@@ -654,6 +654,7 @@ fn node_outputs(
         "_scaled_dot_product_flash_attention" => matmul::sdpa(&n, "", 9),
         "_scaled_dot_product_efficient_attention" => matmul::sdpa(&n, "attn_bias", 4),
         "_scaled_dot_product_cudnn_attention" => matmul::sdpa(&n, "attn_bias", 9),
+        "guardless.paged_attention" => matmul::paged_attention(&n),
         "_softmax" | "_log_softmax" => reductions::softmax(&n, name),
         "view" | "reshape" | "_unsafe_view" => views::view(&n, name),
         "permute" | "transpose" | "t" => views::permute(&n, name),

@@ -235,6 +235,9 @@ impl Program {
         if let ExternKernel::Attention(spec) = kernel {
             return self.attention(buf, spec, args, storage, b);
         }
+        if let ExternKernel::PagedAttention(spec) = kernel {
+            return self.paged_attention(buf, spec, args, storage, b);
+        }
         let (a, m) = (args[0], args[1]);
         let (da, dm) = (self.sizes_of(a, b)?, self.sizes_of(m, b)?);
         let out_shape = self.sizes_of_buffer(buf, b)?;
@@ -423,6 +426,90 @@ impl Program {
             }
         }
         Ok(out)
+    }
+
+    /// Paged attention in f64 ([`ExternKernel::PagedAttention`]): each sequence's key rows
+    /// found through its block table (the sequence data checked first), then each query row
+    /// as [`Self::attention`] does it.
+    fn paged_attention(
+        &self,
+        buf: &Buffer,
+        spec: crate::loop_ir::PagedAttention,
+        args: &[BufferId],
+        storage: &Storage,
+        b: &Bindings,
+    ) -> R<Vec<V>> {
+        use crate::loop_ir::PagedCheck;
+        let [q, k, v, table, lens, starts] = args[..] else {
+            return Err("paged attention takes six operands".into());
+        };
+        let (dq, dk, dv) = (
+            self.sizes_of(q, b)?,
+            self.sizes_of(k, b)?,
+            self.sizes_of(v, b)?,
+        );
+        let (t, hq, d) = (dq[0], dq[1], dq[2]);
+        let (nb, bs, hk, dvv) = (dk[0], dk[1], dk[2], dv[3]);
+        let [seqs, width] = self.sizes_of(table, b)?[..] else {
+            return Err("block table: not 2-d".into());
+        };
+        if hk <= 0 && hq > 0 || hk > 0 && hq % hk != 0 {
+            return Err(format!(
+                "{hq} query heads are not a multiple of {hk} key/value heads"
+            ));
+        }
+        let group = if hk > 0 { hq / hk } else { 1 };
+        let scale = spec.as_attention().scale(d);
+        let read = |id: BufferId, idx: &[i64]| self.read_at(storage, id, idx, b);
+        let start = |s: i64| read(starts, &[s]).map(|x| x.i());
+        let mut monotone = true;
+        for s in 0..seqs {
+            monotone &= start(s)? <= start(s + 1)?;
+        }
+        if start(0)? != 0 || start(seqs)? != t || !monotone {
+            return Err(PagedCheck::QueryStart.message().into());
+        }
+        let mut out = vec![0.0f64; (t * hq * dvv).max(0) as usize];
+        for s in 0..seqs {
+            let (q0, q1, c) = (start(s)?, start(s + 1)?, read(lens, &[s])?.i());
+            if c < q1 - q0 || c > width.saturating_mul(bs) {
+                return Err(PagedCheck::ContextLength.message().into());
+            }
+            let mut rows = Vec::with_capacity(c as usize);
+            for j in 0..c {
+                let blk = read(table, &[s, j / bs])?.i();
+                if !(0..nb).contains(&blk) {
+                    return Err(PagedCheck::Block.message().into());
+                }
+                rows.push((blk, j % bs));
+            }
+            let mut scores = Vec::with_capacity(rows.len());
+            for (i, tok) in (q0..q1).enumerate() {
+                let sees = (c - (q1 - q0) + i as i64 + 1) as usize;
+                for h in 0..hq {
+                    let kh = h / group;
+                    scores.clear();
+                    for &(blk, slot) in &rows[..sees] {
+                        let mut dot = 0.0;
+                        for e in 0..d {
+                            dot += read(q, &[tok, h, e])?.f() * read(k, &[blk, slot, kh, e])?.f();
+                        }
+                        scores.push(dot * scale);
+                    }
+                    let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let total: f64 = scores.iter().map(|&x| (x - top).exp()).sum();
+                    for e in 0..dvv {
+                        let mut acc = 0.0;
+                        for (&x, &(blk, slot)) in scores.iter().zip(&rows) {
+                            acc += (x - top).exp() / total * read(v, &[blk, slot, kh, e])?.f();
+                        }
+                        // No key seen (no context): 0, as the ordinary form.
+                        out[((tok * hq + h) * dvv + e) as usize] = if sees == 0 { 0.0 } else { acc };
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().map(|x| store(buf.dtype, V::F(x))).collect())
     }
 
     fn sizes_of_buffer(&self, buf: &Buffer, b: &Bindings) -> R<Vec<i64>> {

@@ -81,21 +81,7 @@ pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor
                     }
                     *lg = x;
                 }
-                let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                // A row with no visible key (all masked, or no keys) is 0, as in PyTorch (a NaN score
-                // is not hidden: it makes the row NaN).
-                if logits.iter().all(|&x| x == f64::NEG_INFINITY) {
-                    vals.extend((0..ev).map(|_| E::F(0.0)));
-                    continue;
-                }
-                let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
-                let total: f64 = ex.iter().sum();
-                for c in 0..ev {
-                    let acc: f64 = (0..s)
-                        .map(|j| ex[j] / total * elem(&v, flat(&[bi, kh, j, c], &vs)).f())
-                        .sum();
-                    vals.push(E::F(acc));
-                }
+                attend(&logits, ev, |j, c| elem(&v, flat(&[bi, kh, j, c], &vs)).f(), &mut vals);
             }
         }
     }
@@ -103,6 +89,102 @@ pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor
     shape.push(ev);
     let attention = build(q.dtype, shape, vals);
     Ok(vec![attention; outputs])
+}
+
+/// The softmax of one row's scores (hidden keys at -inf) applied to the values (`value(j, c)`:
+/// key `j`'s element `c` of `ev`), appended to `vals`. A row with no visible key (all masked,
+/// or no keys) is 0, as in PyTorch; a NaN score is not hidden: it makes the row NaN.
+fn attend(logits: &[f64], ev: usize, value: impl Fn(usize, usize) -> f64, vals: &mut Vec<E>) {
+    if logits.iter().all(|&x| x == f64::NEG_INFINITY) {
+        vals.extend((0..ev).map(|_| E::F(0.0)));
+        return;
+    }
+    let mx = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
+    let total: f64 = ex.iter().sum();
+    for c in 0..ev {
+        let acc: f64 = (0..logits.len())
+            .map(|j| ex[j] / total * value(j, c))
+            .sum();
+        vals.push(E::F(acc));
+    }
+}
+
+/// `guardless.paged_attention`: each sequence's queries against its keys, found through the
+/// block table, causal with bottom-right alignment; in f64. Sequence data that breaks the
+/// op's rules fails with its message.
+pub(super) fn paged_attention(n: &Node) -> R<Vec<HostTensor>> {
+    use crate::loop_ir::PagedCheck;
+    let q = n.tensor("query")?;
+    let (k, v) = (n.tensor("key_cache")?, n.tensor("value_cache")?);
+    let (table, lens, starts) = (
+        n.tensor("block_table")?,
+        n.tensor("context_lens")?,
+        n.tensor("query_start")?,
+    );
+    if q.shape.len() != 3 || k.shape.len() != 4 || v.shape.len() != 4 || table.shape.len() != 2 {
+        return fail("paged_attention: expects query [T, Hq, D], caches [num_blocks, block_size, Hkv, D] and block_table [S, max_blocks]");
+    }
+    let (t, hq, d) = (q.shape[0], q.shape[1], q.shape[2]);
+    let (nb, bs, hk, dv) = (k.shape[0], k.shape[1], k.shape[2], v.shape[3]);
+    let (seqs, width) = (table.shape[0], table.shape[1]);
+    if v.shape[..3] != k.shape[..3] || k.shape[3] != d || lens.shape != [seqs] || starts.shape != [seqs + 1] {
+        return fail("paged_attention: operand shapes do not fit");
+    }
+    if hk == 0 && hq > 0 || hk > 0 && hq % hk != 0 {
+        return fail("query heads must be a multiple of key/value heads");
+    }
+    let group = hq / hk.max(1);
+    let scale = match n.node.arg("scale") {
+        Some(Arg::Float(f)) => *f,
+        _ => 1.0 / (d as f64).sqrt(),
+    };
+    let int = |x: &HostTensor, i: usize| elem(x, i).i();
+    let (ks, vs) = (strides(&k.shape), strides(&v.shape));
+    let mut vals = vec![E::F(0.0); t * hq * dv];
+    let monotone = (0..seqs).all(|s| int(&starts, s) <= int(&starts, s + 1));
+    if int(&starts, 0) != 0 || int(&starts, seqs) != t as i64 || !monotone {
+        return fail(PagedCheck::QueryStart.message());
+    }
+    for s in 0..seqs {
+        let (q0, q1, c) = (int(&starts, s), int(&starts, s + 1), int(&lens, s));
+        if c < q1 - q0 || c > (width * bs) as i64 {
+            return fail(PagedCheck::ContextLength.message());
+        }
+        let rows: Vec<usize> = (0..c as usize)
+            .map(|j| int(&table, s * width + j / bs))
+            .map(|blk| usize::try_from(blk).ok().filter(|&b| b < nb))
+            .zip(0..c as usize)
+            .map(|(blk, j)| blk.map(|b| b * bs + j % bs))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Some(PagedCheck::Block.message().to_string()))?;
+        for (i, tok) in (q0 as usize..q1 as usize).enumerate() {
+            let sees = (c - (q1 - q0) + i as i64 + 1) as usize;
+            for h in 0..hq {
+                let kh = h / group;
+                let logits: Vec<f64> = rows[..sees]
+                    .iter()
+                    .map(|&r| {
+                        let dot: f64 = (0..d)
+                            .map(|e| {
+                                elem(&q, (tok * hq + h) * d + e).f()
+                                    * elem(&k, flat(&[r / bs, r % bs, kh, e], &ks)).f()
+                            })
+                            .sum();
+                        dot * scale
+                    })
+                    .collect();
+                let mut row = Vec::with_capacity(dv);
+                attend(&logits, dv, |j, e| {
+                    let r = rows[j];
+                    elem(&v, flat(&[r / bs, r % bs, kh, e], &vs)).f()
+                }, &mut row);
+                let at = (tok * hq + h) * dv;
+                vals[at..at + dv].copy_from_slice(&row);
+            }
+        }
+    }
+    Ok(vec![build(q.dtype, vec![t, hq, dv], vals)])
 }
 
 /// `mm`, `bmm`, `addmm`.
