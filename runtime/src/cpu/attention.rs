@@ -38,7 +38,7 @@ unsafe impl Sync for Operand {}
 impl Operand {
     /// The element at `at` (in elements from the storage's start), widened.
     #[inline(always)]
-    unsafe fn get<T: Real>(&self, at: isize) -> T {
+    pub(crate) unsafe fn get<T: Real>(&self, at: isize) -> T {
         let p = self.ptr;
         match self.dtype {
             DType::F32 => T::of_f32(*(p as *const f32).offset(at)),
@@ -96,7 +96,7 @@ impl Operand {
     }
 
     #[inline(always)]
-    fn at(&self, b: usize, h: usize, l: usize, d: usize) -> isize {
+    pub fn at(&self, b: usize, h: usize, l: usize, d: usize) -> isize {
         self.offset
             + b as isize * self.strides[0]
             + h as isize * self.strides[1]
@@ -164,18 +164,20 @@ pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize
             group,
             q0,
             tq: TILE_Q.min(s.lq - q0),
+            lk: s.lk,
+            shift: 0,
+            pages: None,
         };
         // Safety: the caller's promise, for this item's rows.
-        unsafe {
-            if ops.q.dtype == DType::F64 {
-                item_f64(spec, s, ops, rows, &mut scratch.f64)
-            } else {
-                item_f32(spec, s, ops, rows, &mut scratch.f32)
-            }
-        }
+        unsafe { run_item(spec, s, ops, rows, scratch) }
     };
     let work = s.batch * s.heads * s.lq * s.lk * (s.d + s.dv);
-    if threads > 1 && items > 1 && work >= PARALLEL_WORK {
+    for_each_item(items, threads > 1 && work >= PARALLEL_WORK, run);
+}
+
+/// Runs `run` on items `0..items`, in parallel (one item per task) when `parallel`.
+fn for_each_item(items: usize, parallel: bool, run: impl Fn(&mut Scratch, usize) + Sync) {
+    if parallel && items > 1 {
         (0..items)
             .into_par_iter()
             .with_max_len(1)
@@ -185,9 +187,84 @@ pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize
     }
 }
 
+/// One work item in the compute type of its operands.
+unsafe fn run_item(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Scratch) {
+    if ops.q.dtype == DType::F64 {
+        item_f64(spec, s, ops, rows, &mut scratch.f64)
+    } else {
+        item_f32(spec, s, ops, rows, &mut scratch.f32)
+    }
+}
+
+/// One sequence of a paged attention call: its query tokens `start..start + queries` (of the
+/// flattened batch) and its keys `0..keys`, found through row `index` of the block table.
+#[derive(Copy, Clone, Debug)]
+pub struct Sequence {
+    pub index: usize,
+    pub start: usize,
+    pub queries: usize,
+    pub keys: usize,
+}
+
+/// A paged call's block table: `table.at(s, i, 0, 0)` holds block `i` of sequence `s`, whose
+/// rows are `block_size` consecutive key positions.
+#[derive(Copy, Clone, Debug)]
+pub struct Pages {
+    pub table: Operand,
+    pub block_size: usize,
+}
+
+/// Paged attention (`ExternKernel::PagedAttention`): `ops.q` and `ops.out` address
+/// `[1, Hq, T, D]` (a token is a position), the caches `[num_blocks, Hkv, block_size, D]` (a
+/// block is a batch entry, a block's row a position); work items are tiles of each sequence's
+/// queries per key/value head, causal with bottom-right alignment. `s.lq` is the number of
+/// tokens; `s.lk` is unused.
+///
+/// # Safety
+/// As [`attention`]; besides, the sequences were checked against the operands: their queries
+/// within `s.lq`, their keys within their table row, the table's blocks within the caches.
+pub unsafe fn paged_attention(
+    spec: Attention,
+    s: Sizes,
+    ops: Operands,
+    pages: Pages,
+    seqs: &[Sequence],
+    threads: usize,
+) {
+    let group = s.heads / s.kv_heads.max(1);
+    // (sequence, first query) per tile, for each key/value head.
+    let tiles: Vec<(usize, usize)> = seqs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, q)| (0..q.queries).step_by(TILE_Q).map(move |t| (i, t)))
+        .collect();
+    let items = tiles.len() * s.kv_heads;
+    let run = |scratch: &mut Scratch, item: usize| {
+        let (kh, (i, first)) = (item / tiles.len(), tiles[item % tiles.len()]);
+        let q = seqs[i];
+        let rows = Rows {
+            b: 0,
+            kh,
+            group,
+            q0: q.start + first,
+            tq: TILE_Q.min(q.queries - first),
+            lk: q.keys,
+            shift: q.keys as isize - q.queries as isize - q.start as isize,
+            pages: Some((pages, q.index)),
+        };
+        // Safety: the caller's promise, for this item's rows.
+        unsafe { run_item(spec, s, ops, rows, scratch) }
+    };
+    let work: usize = seqs.iter().map(|q| q.queries * q.keys).sum::<usize>()
+        * s.heads
+        * (s.d + s.dv);
+    for_each_item(items, threads > 1 && work >= PARALLEL_WORK, run);
+}
+
 /// The rows of one work item: batch entry `b`, key/value head `kh`, query positions
 /// `q0..q0 + tq` of each of its `group` query heads (row `hh·tq + i` is head `kh·group + hh`,
-/// position `q0 + i`).
+/// position `q0 + i`), over keys `0..lk`. Causal: position `p` sees keys `0..=p + shift`. Keys
+/// of a paged call are found through row `.1` of the block table.
 #[derive(Copy, Clone, Debug)]
 struct Rows {
     b: usize,
@@ -195,6 +272,28 @@ struct Rows {
     group: usize,
     q0: usize,
     tq: usize,
+    lk: usize,
+    shift: isize,
+    pages: Option<(Pages, usize)>,
+}
+
+impl Rows {
+    /// The keys the row at position `pos` sees under a causal mask.
+    fn sees(&self, pos: usize) -> usize {
+        (pos as isize + self.shift + 1).clamp(0, self.lk as isize) as usize
+    }
+
+    /// The (batch entry, position) of key `j` in the key and value operands.
+    #[inline(always)]
+    unsafe fn key(&self, j: usize) -> (usize, usize) {
+        match self.pages {
+            None => (self.b, j),
+            Some((p, seq)) => {
+                let at = p.table.at(seq, j / p.block_size, 0, 0);
+                (p.table.get::<f64>(at) as usize, j % p.block_size)
+            }
+        }
+    }
 }
 
 unsafe fn item_f32(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f32>) {
@@ -273,23 +372,20 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
     let out = refill(&mut t.out, n * dv, T::ZERO);
     let top = refill(&mut t.top, n, T::NEG_INFINITY);
     let sum = refill(&mut t.sum, n, T::ZERO);
-    // Tiles of keys and values in the compute type, only for operands of another dtype.
-    let kt = refill(
-        &mut t.kt,
-        if ops.k.direct::<T>() { 0 } else { TILE_K * d },
-        T::ZERO,
+    // Tiles of keys and values in the compute type, only for operands of another dtype or
+    // (paged) rows found one by one.
+    let (k_direct, v_direct) = (
+        ops.k.direct::<T>() && r.pages.is_none(),
+        ops.v.direct::<T>() && r.pages.is_none(),
     );
-    let vt = refill(
-        &mut t.vt,
-        if ops.v.direct::<T>() { 0 } else { TILE_K * dv },
-        T::ZERO,
-    );
+    let kt = refill(&mut t.kt, if k_direct { 0 } else { TILE_K * d }, T::ZERO);
+    let vt = refill(&mut t.vt, if v_direct { 0 } else { TILE_K * dv }, T::ZERO);
     let scores = refill(&mut t.scores, n * TILE_K, T::ZERO);
     // The causal mask hides every key past the item's last query position.
     let keys = if spec.causal {
-        s.lk.min(r.q0 + r.tq)
+        r.sees(r.q0 + r.tq - 1)
     } else {
-        s.lk
+        r.lk
     };
     let boolean = ops.mask.is_some_and(|m| m.dtype == DType::Bool);
     for k0 in (0..keys).step_by(TILE_K) {
@@ -297,7 +393,7 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
         // Keys and values of the compute type are read in place (the product takes strides);
         // others are widened into the tiles first.
         let (k, v) = (&ops.k, &ops.v);
-        let keys_at = match k.direct::<T>() {
+        let keys_at = match k_direct {
             true => (
                 k.element::<T>(k.at(r.b, r.kh, k0, 0)),
                 k.strides[3],
@@ -305,13 +401,13 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
             ),
             false => {
                 for j in 0..tk {
-                    let at = k.at(r.b, r.kh, k0 + j, 0);
-                    k.row(at, k.strides[3], &mut kt[j * d..(j + 1) * d]);
+                    let (b, l) = r.key(k0 + j);
+                    k.row(k.at(b, r.kh, l, 0), k.strides[3], &mut kt[j * d..(j + 1) * d]);
                 }
                 (kt.as_ptr(), 1, d as isize)
             }
         };
-        let values_at = match v.direct::<T>() {
+        let values_at = match v_direct {
             true => (
                 v.element::<T>(v.at(r.b, r.kh, k0, 0)),
                 v.strides[2],
@@ -319,8 +415,8 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
             ),
             false => {
                 for j in 0..tk {
-                    let at = v.at(r.b, r.kh, k0 + j, 0);
-                    v.row(at, v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
+                    let (b, l) = r.key(k0 + j);
+                    v.row(v.at(b, r.kh, l, 0), v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
                 }
                 (vt.as_ptr(), dv as isize, 1)
             }
@@ -348,8 +444,8 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
                     };
                 }
             }
-            if spec.causal && k0 + tk > pos(row) + 1 {
-                let first_hidden = (pos(row) + 1).saturating_sub(k0);
+            if spec.causal && k0 + tk > r.sees(pos(row)) {
+                let first_hidden = r.sees(pos(row)).saturating_sub(k0);
                 line[first_hidden..].fill(T::NEG_INFINITY);
             }
             let new_top = maximum(line, top[row]);
@@ -431,7 +527,7 @@ fn total<T: Real>(xs: &[T]) -> T {
 }
 
 /// The compute type: f32 (for f32, f16 and bf16 operands) or f64.
-trait Real:
+pub(crate) trait Real:
     Copy
     + PartialOrd
     + std::ops::Add<Output = Self>

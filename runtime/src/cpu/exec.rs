@@ -654,6 +654,9 @@ fn library(st: &mut State, jit: &Jit, id: BufferId, threads: usize) -> Result<()
         if let ExternKernel::Attention(spec) = kernel {
             return attention(st, id, *spec, inputs, threads);
         }
+        if let ExternKernel::PagedAttention(spec) = kernel {
+            return paged_attention(st, id, *spec, inputs, threads);
+        }
     }
     if scatter(st, jit, id)? {
         return Ok(());
@@ -834,6 +837,64 @@ fn scatter(st: &mut State, jit: &Jit, id: BufferId) -> Result<bool, RunError> {
 }
 
 /// The storage element of row-major index `k` into `sizes`, through `offset` and `strides`.
+/// An attention operand: its sizes and its storage as a 4-d operand whose dimension `k` is
+/// the buffer's dimension `order[k]` (`None`: a dimension of size 1, stride 0).
+fn attention_operand(
+    st: &mut State,
+    owner: &Buffer,
+    b: BufferId,
+    order: [Option<usize>; 4],
+) -> Result<(Vec<i64>, super::attention::Operand), RunError> {
+    let p = st.p;
+    let x = &p.buffers[b.index()];
+    let sizes = st.sizes(x)?;
+    let (offset, strides) = st.strides(x, &x.layout)?;
+    if order.iter().flatten().any(|&k| k >= strides.len()) {
+        return Err(fail(
+            owner,
+            format!("attention operand {} has {} dimensions", x.name, sizes.len()),
+        ));
+    }
+    let strides = order.map(|k| k.map_or(0, |k| strides[k] as isize));
+    let operand = super::attention::Operand {
+        ptr: st.blocks[st.home[b.index()]].ptr() as *const u8,
+        dtype: x.dtype,
+        offset: offset as isize,
+        strides,
+    };
+    Ok((sizes, operand))
+}
+
+/// The output of attention step `id` as a 4-d operand (see [`attention_operand`]).
+fn attention_output(
+    st: &mut State,
+    id: BufferId,
+    order: [Option<usize>; 4],
+) -> Result<super::attention::Output, RunError> {
+    st.allocate(id)?;
+    let p = st.p;
+    let o = attention_operand(st, &p.buffers[id.index()], id, order)?.1;
+    Ok(super::attention::Output {
+        ptr: o.ptr as *mut u8,
+        dtype: o.dtype,
+        offset: o.offset,
+        strides: o.strides,
+    })
+}
+
+/// Fails unless `heads` is a multiple of `kv_heads`.
+fn check_heads(buf: &Buffer, heads: usize, kv_heads: usize) -> Result<(), RunError> {
+    if kv_heads == 0 && heads > 0 || heads % kv_heads.max(1) != 0 {
+        return Err(fail(
+            buf,
+            format!("{heads} query heads are not a multiple of {kv_heads} key/value heads"),
+        ));
+    }
+    Ok(())
+}
+
+const DENSE: [Option<usize>; 4] = [Some(0), Some(1), Some(2), Some(3)];
+
 /// Fused attention over its operands' storage (`super::attention`).
 fn attention(
     st: &mut State,
@@ -842,47 +903,16 @@ fn attention(
     inputs: &[BufferId],
     threads: usize,
 ) -> Result<(), RunError> {
-    use super::attention::{Operand, Operands, Output, Sizes};
+    use super::attention::{Operands, Sizes};
     let p = st.p;
     let buf = &p.buffers[id.index()];
-    st.allocate(id)?;
-    let four = |st: &State, b: BufferId| -> Result<(Vec<i64>, i64, [isize; 4]), RunError> {
-        let x = &p.buffers[b.index()];
-        let sizes = st.sizes(x)?;
-        let (off, strides) = st.strides(x, &x.layout)?;
-        match <[i64; 4]>::try_from(strides.as_slice()) {
-            Ok(s) if sizes.len() == 4 => Ok((sizes, off, s.map(|v| v as isize))),
-            _ => Err(fail(
-                buf,
-                format!("attention operand {} is not 4-d", x.name),
-            )),
-        }
-    };
-    let operand = |st: &mut State, b: BufferId| -> Result<(Vec<i64>, Operand), RunError> {
-        let (sizes, offset, strides) = four(st, b)?;
-        Ok((
-            sizes,
-            Operand {
-                ptr: st.blocks[st.home[b.index()]].ptr() as *const u8,
-                dtype: p.buffers[b.index()].dtype,
-                offset: offset as isize,
-                strides,
-            },
-        ))
-    };
-    let (sq, q) = operand(st, inputs[0])?;
-    let (sk, k) = operand(st, inputs[1])?;
-    let (sv, v) = operand(st, inputs[2])?;
+    let out = attention_output(st, id, DENSE)?;
+    let (sq, q) = attention_operand(st, buf, inputs[0], DENSE)?;
+    let (sk, k) = attention_operand(st, buf, inputs[1], DENSE)?;
+    let (sv, v) = attention_operand(st, buf, inputs[2], DENSE)?;
     let mask = match inputs.get(3) {
-        Some(&m) => Some(operand(st, m)?.1),
+        Some(&m) => Some(attention_operand(st, buf, m, DENSE)?.1),
         None => None,
-    };
-    let (_, offset, strides) = four(st, id)?;
-    let out = Output {
-        ptr: st.blocks[st.home[id.index()]].ptr(),
-        dtype: buf.dtype,
-        offset: offset as isize,
-        strides,
     };
     let u = |x: i64| x.max(0) as usize;
     let sizes = Sizes {
@@ -894,18 +924,96 @@ fn attention(
         d: u(sq[3]),
         dv: u(sv[3]),
     };
-    if sizes.kv_heads == 0 && sizes.heads > 0 || sizes.heads % sizes.kv_heads.max(1) != 0 {
-        return Err(fail(
-            buf,
-            format!(
-                "{} query heads are not a multiple of {} key/value heads",
-                sizes.heads, sizes.kv_heads
-            ),
-        ));
-    }
+    check_heads(buf, sizes.heads, sizes.kv_heads)?;
     let ops = Operands { q, k, v, mask, out };
     // Safety: layouts were checked against their storage when allocated and read.
     unsafe { super::attention::attention(spec, sizes, ops, threads) };
+    Ok(())
+}
+
+/// Paged attention over its operands' storage (`super::attention::paged_attention`): the
+/// sequence data (offsets, lengths, the blocks each sequence reads) checked here first.
+fn paged_attention(
+    st: &mut State,
+    id: BufferId,
+    spec: guardless_ir::loop_ir::PagedAttention,
+    inputs: &[BufferId],
+    threads: usize,
+) -> Result<(), RunError> {
+    use super::attention::{Operands, Pages, Sequence, Sizes};
+    use guardless_ir::loop_ir::PagedCheck;
+    let p = st.p;
+    let buf = &p.buffers[id.index()];
+    // Tokens are positions of one batch entry; a cache block is a batch entry, its rows
+    // positions.
+    let tokens = [None, Some(1), Some(0), Some(2)];
+    let cache = [Some(0), Some(2), Some(1), Some(3)];
+    let out = attention_output(st, id, tokens)?;
+    let (sq, q) = attention_operand(st, buf, inputs[0], tokens)?;
+    let (sk, k) = attention_operand(st, buf, inputs[1], cache)?;
+    let (sv, v) = attention_operand(st, buf, inputs[2], cache)?;
+    let line = [Some(0), None, None, None];
+    let (st_, table) = attention_operand(st, buf, inputs[3], [Some(0), Some(1), None, None])?;
+    let (_, lens) = attention_operand(st, buf, inputs[4], line)?;
+    let (_, starts) = attention_operand(st, buf, inputs[5], line)?;
+    let u = |x: i64| x.max(0) as usize;
+    let (seqs, width, blocks, block_size) = (u(st_[0]), u(st_[1]), sk[0], u(sk[1]));
+    // Safety: each element read lies inside its operand's checked layout.
+    let int = |o: &super::attention::Operand, i: usize, j: usize| unsafe {
+        o.get::<f64>(o.at(i, j, 0, 0)) as i64
+    };
+    let bad = |c: PagedCheck| fail(buf, c.message().to_string());
+    let tokens_ = sq[0];
+    let monotone = (0..seqs).all(|s| int(&starts, s, 0) <= int(&starts, s + 1, 0));
+    if int(&starts, 0, 0) != 0 || int(&starts, seqs, 0) != tokens_ || !monotone {
+        return Err(bad(PagedCheck::QueryStart));
+    }
+    let mut sequences = Vec::with_capacity(seqs);
+    for s in 0..seqs {
+        let (start, end, keys) = (int(&starts, s, 0), int(&starts, s + 1, 0), int(&lens, s, 0));
+        if keys < end - start || keys > (width * block_size) as i64 {
+            return Err(bad(PagedCheck::ContextLength));
+        }
+        let used = (keys as usize).div_ceil(block_size.max(1));
+        if (0..used).any(|i| !(0..blocks).contains(&int(&table, s, i))) {
+            return Err(bad(PagedCheck::Block));
+        }
+        sequences.push(Sequence {
+            index: s,
+            start: start as usize,
+            queries: (end - start) as usize,
+            keys: keys as usize,
+        });
+    }
+    let sizes = Sizes {
+        batch: 1,
+        heads: u(sq[1]),
+        kv_heads: u(sk[2]),
+        lq: u(tokens_),
+        lk: 0,
+        d: u(sq[2]),
+        dv: u(sv[3]),
+    };
+    check_heads(buf, sizes.heads, sizes.kv_heads)?;
+    let ops = Operands {
+        q,
+        k,
+        v,
+        mask: None,
+        out,
+    };
+    let pages = Pages { table, block_size };
+    // Safety: layouts were checked against their storage, the sequence data just above.
+    unsafe {
+        super::attention::paged_attention(
+            spec.as_attention(),
+            sizes,
+            ops,
+            pages,
+            &sequences,
+            threads,
+        )
+    };
     Ok(())
 }
 
