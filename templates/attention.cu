@@ -2,6 +2,11 @@
 // Fused attention: a block of {{ threads }} threads per {{ br }} rows (a query position of one of
 // the query heads of one key/value head, position-major), keys in tiles of {{ tk }} through shared
 // memory, an online softmax in {{ acc }}; no score leaves the block.
+{%- if paged %}
+// Paged: a tile's rows are queries of one sequence of the flattened batch (found from the query
+// offsets: sequence s owns the tile slots from start(s)·group/{{ br }} + s on), its keys rows of
+// the cache blocks its row of the block table names; causal with bottom-right alignment.
+{%- endif %}
 {%- if split %}
 // Split: each block takes one share of the keys; its rows' partial results (the unnormalized
 // output, the running maximum and sum) go to the workspace, merged by the next function.
@@ -10,13 +15,37 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
 {{ symbols }}
   const long long gl_kv_heads = {{ kv_heads }};
   const long long gl_group = ({{ heads }}) / gl_kv_heads;
-  const long long gl_rows = gl_group * ({{ lq }});
-  const long long gl_lk = {{ lk }};
-  const long long gl_tiles = (gl_rows + {{ br_last }}) / {{ br }};
   long long gl_block = blockIdx.x;
+{%- if paged %}
+{{ paged_sequences }}
+  const long long gl_slots = gl_tokens * gl_group / {{ br }} + gl_seqs;
 {%- if split %}
   // The shares: as many as {{ splits_doc }}.
-  const long long gl_splits = gl_attention_splits(gl_rows, {{ br }}, ({{ batch }}) * gl_kv_heads * gl_tiles, gl_lk,
+  const long long gl_splits = gl_attention_splits(1, {{ br }}, gl_slots * gl_kv_heads, gl_capacity,
+                                                  {{ target_blocks }}, {{ min_keys }}, {{ max_splits }});
+  const long long gl_split = gl_block % gl_splits;
+  gl_block /= gl_splits;
+{%- endif %}
+  const long long {{ kh }} = gl_block % gl_kv_heads;
+  const long long gl_slot = gl_block / gl_kv_heads;
+  if (gl_seqs <= 0) return;
+  const long long gl_seq = gl_sequence_of_slot(gl_slot);
+  const long long gl_first = gl_start(gl_seq), gl_n = gl_start(gl_seq + 1) - gl_first, gl_ctx = gl_len(gl_seq);
+  // Data that breaks the rules was reported above; no read goes outside for it.
+  if (gl_first < 0 || gl_n < 0 || gl_first + gl_n > gl_tokens || gl_ctx < gl_n || gl_ctx > gl_capacity) return;
+  const long long gl_rows = gl_group * gl_n;
+  const long long gl_row0 = (gl_slot - (gl_first * gl_group / {{ br }} + gl_seq)) * {{ br }};
+  if (gl_row0 >= gl_rows) return;
+  // Query position p (a token) sees keys 0..=p + gl_shift.
+  const long long gl_shift = gl_ctx - gl_n - gl_first;
+  __shared__ long long gl_kblock[{{ tk }}];
+{%- else %}
+  const long long gl_rows = gl_group * ({{ lq }});
+  const long long gl_ctx = {{ lk }};
+  const long long gl_tiles = (gl_rows + {{ br_last }}) / {{ br }};
+{%- if split %}
+  // The shares: as many as {{ splits_doc }}.
+  const long long gl_splits = gl_attention_splits(gl_rows, {{ br }}, ({{ batch }}) * gl_kv_heads * gl_tiles, gl_ctx,
                                                   {{ target_blocks }}, {{ min_keys }}, {{ max_splits }});
   const long long gl_split = gl_block % gl_splits;
   gl_block /= gl_splits;
@@ -24,6 +53,8 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long {{ b }} = gl_block / (gl_kv_heads * gl_tiles);
   const long long {{ kh }} = gl_block / gl_tiles % gl_kv_heads;
   const long long gl_row0 = gl_block % gl_tiles * {{ br }};
+  const long long gl_first = 0, gl_shift = 0;
+{%- endif %}
   const {{ acc }} gl_ninf = {{ ninf }};
   __shared__ {{ acc }} gl_q[{{ br }}][{{ d }}];
   __shared__ {{ acc }} gl_k[{{ tk }}][{{ d_pad }}];
@@ -35,7 +66,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     const long long gl_row = gl_row0 + gl_i / {{ d }};
     {{ acc }} gl_x = 0;
     if (gl_row < gl_rows) {
-      const long long {{ pos }} = gl_row / gl_group;
+      const long long {{ pos }} = gl_first + gl_row / gl_group;
       const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
       const long long {{ t }} = gl_i % {{ d }};
       gl_x = ({{ acc }})gl_ld({{ q }}, {{ q_index }}) * ({{ acc }}){{ scale }};
@@ -46,20 +77,20 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     gl_top[threadIdx.x] = gl_ninf;
     gl_sum[threadIdx.x] = 0;
   }
-  // The keys the rows can see: all of them, or (causal) up to the last row's position.
-  long long gl_keys = gl_lk;
+  // The keys the rows can see: all of them, or (causal) up to the last row's limit.
+  long long gl_keys = gl_ctx;
   long long gl_lo = 0;
 {%- if causal %}
   {
     long long gl_last = gl_row0 + {{ br_last }};
     if (gl_last > gl_rows - 1) gl_last = gl_rows - 1;
-    if (gl_last / gl_group + 1 < gl_keys) gl_keys = gl_last / gl_group + 1;
+    if (gl_first + gl_last / gl_group + gl_shift + 1 < gl_keys) gl_keys = gl_first + gl_last / gl_group + gl_shift + 1;
   }
 {%- endif %}
 {%- if split %}
   {
-    // This block's share: tiles of keys from gl_lo, the same shares for every block.
-    const long long gl_chunk = ((gl_lk + gl_splits - 1) / gl_splits + {{ tk_last }}) / {{ tk }} * {{ tk }};
+    // This block's share: tiles of keys from gl_lo, the same shares for every block of a sequence.
+    const long long gl_chunk = ((gl_ctx + gl_splits - 1) / gl_splits + {{ tk_last }}) / {{ tk }} * {{ tk }};
     gl_lo = gl_split * gl_chunk;
     if (gl_lo + gl_chunk < gl_keys) gl_keys = gl_lo + gl_chunk;
   }
@@ -74,14 +105,36 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   for (long long gl_k0 = gl_lo; gl_k0 < gl_keys; gl_k0 += {{ tk }}) {
     // The last tile's readers are done (the first time: the queries and statistics written).
     __syncthreads();
+{%- if paged %}
+    // The cache block of each key of the tile, from the block table (one read per key).
+    if (threadIdx.x < {{ tk }}) {
+      const long long {{ key }} = gl_k0 + threadIdx.x;
+      long long gl_at = 0;
+      if ({{ key }} < gl_keys) {
+        gl_at = gl_block_of(gl_seq, {{ key }} / {{ block_size }});
+        if (gl_at < 0 || gl_at >= gl_cache_blocks) {
+          gl_fail(gl_error, {{ block_error }});
+          gl_at = 0;
+        }
+      }
+      gl_kblock[threadIdx.x] = gl_at;
+    }
+    __syncthreads();
+{%- endif %}
     for (int gl_i = threadIdx.x; gl_i < {{ tk_d }}; gl_i += {{ threads }}) {
       const long long {{ key }} = gl_k0 + gl_i / {{ d }};
       const long long {{ t }} = gl_i % {{ d }};
+{%- if paged %}
+      const long long {{ cache_block }} = gl_kblock[gl_i / {{ d }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+{%- endif %}
       gl_k[gl_i / {{ d }}][gl_i % {{ d }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ k }}, {{ k_index }}) : ({{ acc }})0;
     }
     for (int gl_i = threadIdx.x; gl_i < {{ tk_dv }}; gl_i += {{ threads }}) {
       const long long {{ key }} = gl_k0 + gl_i / {{ dv }};
       const long long {{ c }} = gl_i % {{ dv }};
+{%- if paged %}
+      const long long {{ cache_block }} = gl_kblock[gl_i / {{ dv }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+{%- endif %}
       gl_v[gl_i / {{ dv }}][gl_i % {{ dv }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ v }}, {{ v_index }}) : ({{ acc }})0;
     }
     __syncthreads();
@@ -92,7 +145,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       const long long {{ key }} = gl_k0 + gl_j;
       {{ acc }} gl_s = gl_ninf;
       if (gl_row < gl_rows && {{ key }} < gl_keys) {
-        const long long {{ pos }} = gl_row / gl_group;
+        const long long {{ pos }} = gl_first + gl_row / gl_group;
         const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
         {{ acc }} gl_dot = 0;
 #pragma unroll 8
@@ -104,7 +157,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
         gl_s += ({{ acc }})gl_ld({{ m }}, {{ m_index }});
 {%- endif %}
 {%- if causal %}
-        if ({{ key }} > {{ pos }}) gl_s = gl_ninf;
+        if ({{ key }} > {{ pos }} + gl_shift) gl_s = gl_ninf;
 {%- endif %}
         (void){{ h }};
         (void){{ pos }};
@@ -160,9 +213,14 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     const long long gl_row = gl_row0 + gl_r;
     if (gl_row >= gl_rows) continue;
 {%- if split %}
-    // Partials of row (b, kh, row) of share gl_split: {{ dv }} outputs, the maximum, the sum.
-    {{ acc }}* gl_part = reinterpret_cast<{{ acc }}*>(gl_work_bytes) +
-        ((gl_split * ({{ batch }}) + {{ b }}) * gl_kv_heads * gl_rows + {{ kh }} * gl_rows + gl_row) * {{ dv_2 }};
+    // Partials of row gl_row of this block's tile, share gl_split: {{ dv }} outputs, the maximum,
+    // the sum.
+{%- if paged %}
+    const long long gl_part_row = ((gl_split * gl_slots + gl_slot) * gl_kv_heads + {{ kh }}) * {{ br }} + gl_r;
+{%- else %}
+    const long long gl_part_row = (gl_split * ({{ batch }}) + {{ b }}) * gl_kv_heads * gl_rows + {{ kh }} * gl_rows + gl_row;
+{%- endif %}
+    {{ acc }}* gl_part = reinterpret_cast<{{ acc }}*>(gl_work_bytes) + gl_part_row * {{ dv_2 }};
 #pragma unroll
     for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
       const int gl_col = gl_lane + 32 * gl_m;
@@ -173,7 +231,7 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       gl_part[{{ dv_1 }}] = gl_sum[gl_r];
     }
 {%- else %}
-    const long long {{ pos }} = gl_row / gl_group;
+    const long long {{ pos }} = gl_first + gl_row / gl_group;
     const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
     // A row with no visible key is 0, as in PyTorch.
     const {{ acc }} gl_inv = gl_sum[gl_r] != 0 ? ({{ acc }})1 / gl_sum[gl_r] : ({{ acc }})0;

@@ -572,6 +572,64 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
     assert!(relaxed, "no attention function needed the fallback");
 }
 
+/// Paged attention's functions (tiled, split, merge) assemble for sm_90 in each tile form, with
+/// no spill (a function that would spill is rebuilt for one block per multiprocessor).
+#[test]
+fn paged_attention_functions_compile_for_sm90_in_each_tile_form() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    if toolchain().is_none() {
+        return;
+    }
+    for (dtype, heads, kv_heads, d, dv, block_size) in [
+        ("f32", 8, 2, 64, 64, 16),
+        ("bf16", 32, 8, 128, 128, 16),
+        ("f16", 8, 8, 80, 80, 32),
+        ("bf16", 8, 1, 256, 256, 64),
+        ("f64", 4, 2, 40, 24, 16),
+    ] {
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "paged",
+            "symbols": [{{"name": "t", "kind": "unbacked", "max": 65536}}, {{"name": "s", "kind": "unbacked", "max": 1024}}],
+            "inputs": [{{"name": "q", "dtype": "{dtype}", "shape": ["t", {heads}, {d}]}},
+                       {{"name": "kc", "dtype": "{dtype}", "shape": [512, {block_size}, {kv_heads}, {d}]}},
+                       {{"name": "vc", "dtype": "{dtype}", "shape": [512, {block_size}, {kv_heads}, {dv}]}},
+                       {{"name": "table", "dtype": "i32", "shape": ["s", 64]}},
+                       {{"name": "lens", "dtype": "i32", "shape": ["s"]}},
+                       {{"name": "starts", "dtype": "i32", "shape": ["s + 1"]}}],
+            "nodes": [{{"name": "out", "op": "guardless.paged_attention.default",
+                        "args": {{"query": {{"tensor": "q"}}, "key_cache": {{"tensor": "kc"}}, "value_cache": {{"tensor": "vc"}},
+                                 "block_table": {{"tensor": "table"}}, "context_lens": {{"tensor": "lens"}}, "query_start": {{"tensor": "starts"}}}}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#
+        ))
+        .unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let what = format!("{dtype} {heads}/{kv_heads} heads, d = {d}, dv = {dv}");
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90")
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let names: Vec<&str> = built
+            .module
+            .entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        for part in ["_tiled", "_split", "_merge"] {
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.starts_with("attention") && n.ends_with(part)),
+                "{what}: no {part} function in {names:?}"
+            );
+        }
+        for (c, _) in &built.units {
+            for k in &c.kernels {
+                assert_eq!(k.spill_bytes, 0, "{what}: {} spills", k.name);
+            }
+        }
+    }
+}
+
 /// Names reach generated code only through `text::comment` and `text::identifier`: buffer and
 /// node names carrying a newline and a preprocessor line (put in after reading, which refuses
 /// them) leave no line of the source that is not code the generator wrote, and the source

@@ -9,7 +9,9 @@
 #[path = "../../ir/tests/differential/mod.rs"]
 mod differential;
 
-use differential::attention::{graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED};
+use differential::attention::{
+    graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED,
+};
 use differential::*;
 use guardless_ir::loop_ir::{BufferKind, ExternKernel};
 use guardless_ir::lower::lower;

@@ -11,12 +11,14 @@ mod differential;
 mod emu;
 mod emulated;
 
-use differential::attention::{graph, projected, Form, BASE};
+use differential::attention::{
+    graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED,
+};
 use differential::{bindings_of, random_inputs};
 use emulated::Emu;
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
-use guardless_runtime::launch::Executable;
+use guardless_runtime::launch::{Executable, Inputs};
 
 fn check(what: &str, f: Form, lengths: &[(i64, i64)]) -> Vec<String> {
     let g = graph(f);
@@ -167,5 +169,109 @@ fn the_output_is_written_as_the_projection_reads_it_on_the_device() {
             "{:?}",
             dev.launched
         );
+    }
+}
+
+/// Paged attention on the device: `batches` of (query tokens, context length) per sequence,
+/// each compared with the reference; returns the functions launched.
+fn check_paged(what: &str, f: Paged, batches: &[&[(i64, i64)]]) -> Vec<String> {
+    let g = paged_graph(f);
+    let exe = Executable::new(lower(&g).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut dev = Emu::new(&format!("paged_{what}"), &exe);
+    for (s, seqs) in batches.iter().enumerate() {
+        let at = format!("{what} {f:?} on {seqs:?}");
+        let (inputs, values) = paged_inputs(&g, f, seqs, 60 + s as u64);
+        let b = bindings_of(&at, &g, &values);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let (_, host) = emulated::compare(&at, &mut dev, &exe, &g, &inputs, &b);
+        assert_eq!(host, 0, "{at}: host steps");
+    }
+    dev.launched
+}
+
+#[test]
+fn paged_attention_runs_on_the_device_for_mixed_batches() {
+    // Prefills over several tiles (4 query heads per key/value head: 4 tokens a tile), chunked
+    // prefills, decodes, a sequence without queries, blocks out of order; many tile slots, so
+    // one share each.
+    let mixed: &[&[(i64, i64)]] = &[
+        &[(17, 17), (5, 40), (0, 0), (1, 1), (9, 100)],
+        &[(40, 40), (40, 90)],
+        &[],
+    ];
+    let launched = check_paged(
+        "mixed",
+        Paged {
+            kv_heads: 1,
+            ..PAGED
+        },
+        mixed,
+    );
+    assert!(
+        launched.iter().any(|f| f.ends_with("_tiled")),
+        "{launched:?}"
+    );
+    // Decodes over long contexts: few blocks, the keys split into shares (of 256 or more keys
+    // of a 640-key table row) per sequence, merged.
+    let decode: &[&[(i64, i64)]] = &[&[(1, 600), (1, 3), (2, 300)], &[(1, 640)]];
+    let long = Paged {
+        blocks: 64,
+        width: 40,
+        ..PAGED
+    };
+    let launched = check_paged("decode", long, decode);
+    for part in ["_split", "_merge"] {
+        assert!(
+            launched.iter().any(|f| f.ends_with(part)),
+            "{part}: {launched:?}"
+        );
+    }
+    // 8 × 16 tiles in bf16 at head dim 256 (a query head per key/value head), and f64.
+    let wide = Paged {
+        dtype: "bf16",
+        heads: 2,
+        kv_heads: 2,
+        d: 256,
+        dv: 256,
+        block_size: 8,
+        blocks: 30,
+        width: 24,
+        scale: Some(0.1),
+    };
+    let _ = check_paged("bf16_d256", wide, &[&[(3, 20), (1, 190)], &[(12, 12)]]);
+    let f64_ = Paged {
+        dtype: "f64",
+        d: 40,
+        dv: 24,
+        ..PAGED
+    };
+    let _ = check_paged("f64", f64_, &[&[(2, 30), (7, 7)]]);
+}
+
+/// Bad sequence data on the device: the run fails with the rule's message (the kernel reads
+/// nothing outside its operands meanwhile: the emulation checks every access).
+#[test]
+fn paged_attention_on_the_device_refuses_bad_sequence_data() {
+    use guardless_ir::loop_ir::PagedCheck;
+    use guardless_ir::tensor::Data;
+    let g = paged_graph(PAGED);
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("paged_bad", &exe);
+    for (input, at, value, check) in [
+        (5usize, 1usize, 4i64, PagedCheck::QueryStart),
+        (4, 0, 1, PagedCheck::ContextLength),
+        (3, 1, 40, PagedCheck::Block),
+    ] {
+        let (mut inputs, values) = paged_inputs(&g, PAGED, &[(2, 20), (1, 7)], 3);
+        let Data::Int(v) = &mut inputs[input].data else {
+            unreachable!("int operands")
+        };
+        v[at] = value;
+        let b = bindings_of("bad", &g, &values);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let err = emulated::run(&mut dev, &exe, Inputs::Host(&inputs), &b)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains(check.message()), "{check:?}: {err}");
     }
 }

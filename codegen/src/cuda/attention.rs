@@ -9,7 +9,7 @@
 //! them; any other attention runs on the host.
 
 use guardless_ir::graph::DType;
-use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel, Program};
+use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel, PagedCheck, Program};
 use guardless_ir::sym::{cuda_symbol, CPrinter, Expr};
 use tera::Tera;
 
@@ -54,31 +54,22 @@ pub fn blocks(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64) -> i64 {
         .saturating_mul((rows + t.rows - 1) / t.rows)
 }
 
-/// The one function of attention step `id`, or `None` when it runs on the host.
-pub(super) fn render(
-    p: &mut Program,
-    tera: &Tera,
-    entry: &str,
-    id: BufferId,
-    pointers: &[String],
-) -> Option<[(Part, String, Vec<Param>); 3]> {
-    let buf = p.buffers[id.index()].clone();
-    let BufferKind::Extern {
-        kernel: ExternKernel::Attention(spec),
-        inputs,
-    } = &buf.kind
-    else {
-        return None;
-    };
+/// The index variables and operand indexes of one attention step, as the templates use them.
+struct Indexing {
+    /// (template key, variable) pairs.
+    vars: Vec<(&'static str, Expr)>,
+    /// (template key, index or size expression) pairs.
+    exprs: Vec<(&'static str, Expr)>,
+    /// (template key, buffer) pairs: the pointers the templates read (the output first).
+    pointers: Vec<(&'static str, BufferId)>,
+}
+
+/// The ordinary form: `q [B, Hq, Lq, D]`, `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, an
+/// optional mask `[B, Hq, Lq, Lk]`.
+fn dense(p: &mut Program, id: BufferId, inputs: &[BufferId]) -> Indexing {
     let (q, k, v, m) = (inputs[0], inputs[1], inputs[2], inputs.get(3).copied());
     let layout = |p: &Program, b: BufferId| p.buffers[b.index()].layout.clone();
-    let (lq_, lk_, lv_) = (layout(p, q), layout(p, k), layout(p, v));
-    let (d, dv) = (
-        p.env.pool().as_const(lq_.sizes[3])?,
-        p.env.pool().as_const(lv_.sizes[3])?,
-    );
-    let t = tile(buf.dtype, d, dv)?;
-    let printer = CPrinter::cuda("long long", "i64");
+    let (lq_, lk_, lv_, lo) = (layout(p, q), layout(p, k), layout(p, v), layout(p, id));
     let mut var = |prefix: &str, size: Expr| p.env.new_index_var(prefix, size);
     let (b, kh, h) = (
         var("gl_b", lq_.sizes[0]),
@@ -87,34 +78,23 @@ pub(super) fn render(
     );
     let (pos, key) = (var("gl_pos", lq_.sizes[2]), var("gl_key", lk_.sizes[2]));
     let (td, c) = (var("gl_d", lq_.sizes[3]), var("gl_c", lv_.sizes[3]));
-    let q_index = lq_.index(&mut p.env, &[b, h, pos, td]);
-    let k_index = lk_.index(&mut p.env, &[b, kh, key, td]);
-    let v_index = lv_.index(&mut p.env, &[b, kh, key, c]);
-    let out_index = buf.layout.index(&mut p.env, &[b, h, pos, c]);
-    let m_index = m.map(|m| layout(p, m).index(&mut p.env, &[b, h, pos, key]));
-    let sizes = [
-        lq_.sizes[0], // batch
-        lq_.sizes[1], // heads
-        lk_.sizes[1], // kv heads
-        lq_.sizes[2], // query length
-        lk_.sizes[2], // key length
+    let mut exprs = vec![
+        ("q_index", lq_.index(&mut p.env, &[b, h, pos, td])),
+        ("k_index", lk_.index(&mut p.env, &[b, kh, key, td])),
+        ("v_index", lv_.index(&mut p.env, &[b, kh, key, c])),
+        ("out_index", lo.index(&mut p.env, &[b, h, pos, c])),
+        ("batch", lq_.sizes[0]),
+        ("heads", lq_.sizes[1]),
+        ("kv_heads", lk_.sizes[1]),
+        ("lq", lq_.sizes[2]),
+        ("lk", lk_.sizes[2]),
     ];
-    let vars = [b, kh, h, pos, key, td, c];
-    let mut h_ = hoist::Hoister::new(&p.env, locals(p, &vars, &[]));
-    let [batch_c, heads_c, kv_heads_c, lq_c, lk_c] = sizes.map(|e| c_of(p, &mut h_, e, &printer));
-    let [q_c, k_c, v_c, out_c] =
-        [q_index, k_index, v_index, out_index].map(|e| c_of(p, &mut h_, e, &printer));
-    let m_c = m_index.map(|e| c_of(p, &mut h_, e, &printer));
-    let mut exprs = vec![q_index, k_index, v_index, out_index];
-    exprs.extend(sizes);
-    exprs.extend(m_index);
-    let mut buffers = vec![(id, true), (q, false), (k, false), (v, false)];
-    buffers.extend(m.map(|m| (m, false)));
-    let (params_c, params, decls) = parameters(p, &h_, &buffers, &[&exprs[..]], &vars, pointers);
-    let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
-    let f64_ = buf.dtype == DType::F64;
-    let name = |e: Expr| cuda_symbol(&p.env.text(e));
-    for (key_, e) in [
+    let mut pointers = vec![("out", id), ("q", q), ("k", k), ("v", v)];
+    if let Some(m) = m {
+        exprs.push(("m_index", layout(p, m).index(&mut p.env, &[b, h, pos, key])));
+        pointers.push(("m", m));
+    }
+    let vars = vec![
         ("b", b),
         ("kh", kh),
         ("h", h),
@@ -122,37 +102,142 @@ pub(super) fn render(
         ("key", key),
         ("t", td),
         ("c", c),
-    ] {
-        ctx.insert(key_, &name(e));
+    ];
+    Indexing {
+        vars,
+        exprs,
+        pointers,
     }
-    for (key_, s) in [
-        ("batch", batch_c),
-        ("heads", heads_c),
-        ("kv_heads", kv_heads_c),
-        ("lq", lq_c),
-        ("lk", lk_c),
-        ("q_index", q_c),
-        ("k_index", k_c),
-        ("v_index", v_c),
-        ("out_index", out_c),
-        ("m_index", m_c.unwrap_or_default()),
-    ] {
-        ctx.insert(key_, &s);
+}
+
+/// The paged form: `q [T, Hq, D]` (a position is a token), the caches `[num_blocks,
+/// block_size, Hkv, D|Dv]` (a key's cache block and row), the block table `[S, max_blocks]`,
+/// `context_lens [S]`, `query_start [S + 1]`.
+fn paged(p: &mut Program, id: BufferId, inputs: &[BufferId]) -> Indexing {
+    let [q, k, v, table, lens, starts] = inputs[..] else {
+        unreachable!("paged attention has six operands")
+    };
+    let layout = |p: &Program, b: BufferId| p.buffers[b.index()].layout.clone();
+    let (lq_, lk_, lv_, lo) = (layout(p, q), layout(p, k), layout(p, v), layout(p, id));
+    let (lt, ll, ls) = (layout(p, table), layout(p, lens), layout(p, starts));
+    let mut var = |prefix: &str, size: Expr| p.env.new_index_var(prefix, size);
+    let (kh, h) = (var("gl_kh", lk_.sizes[2]), var("gl_h", lq_.sizes[1]));
+    let (pos, key) = (var("gl_pos", lq_.sizes[0]), var("gl_key", lt.sizes[1]));
+    let (td, c) = (var("gl_d", lq_.sizes[2]), var("gl_c", lv_.sizes[3]));
+    let (blk, row) = (var("gl_blk", lk_.sizes[0]), var("gl_row", lk_.sizes[1]));
+    let (sq, page) = (var("gl_sq", ls.sizes[0]), var("gl_page", lt.sizes[1]));
+    let exprs = vec![
+        ("q_index", lq_.index(&mut p.env, &[pos, h, td])),
+        ("k_index", lk_.index(&mut p.env, &[blk, row, kh, td])),
+        ("v_index", lv_.index(&mut p.env, &[blk, row, kh, c])),
+        ("out_index", lo.index(&mut p.env, &[pos, h, c])),
+        ("starts_index", ls.index(&mut p.env, &[sq])),
+        ("lens_index", ll.index(&mut p.env, &[sq])),
+        ("table_index", lt.index(&mut p.env, &[sq, page])),
+        ("heads", lq_.sizes[1]),
+        ("kv_heads", lk_.sizes[2]),
+        ("tokens", lq_.sizes[0]),
+        ("seqs", lt.sizes[0]),
+        ("width", lt.sizes[1]),
+        ("cache_blocks", lk_.sizes[0]),
+    ];
+    let vars = vec![
+        ("kh", kh),
+        ("h", h),
+        ("pos", pos),
+        ("key", key),
+        ("t", td),
+        ("c", c),
+        ("cache_block", blk),
+        ("cache_row", row),
+        ("sq", sq),
+        ("page", page),
+    ];
+    let pointers = vec![
+        ("out", id),
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("table", table),
+        ("lens", lens),
+        ("starts", starts),
+    ];
+    Indexing {
+        vars,
+        exprs,
+        pointers,
     }
-    for (key_, b) in [("q", q), ("k", k), ("v", v), ("out", id)] {
-        ctx.insert(key_, &pointers[b.index()]);
+}
+
+/// The functions of attention step `id` (the tiled one, the split one and the merge), or
+/// `None` when it runs on the host. A paged step registers its data errors in `errors`.
+pub(super) fn render(
+    p: &mut Program,
+    tera: &Tera,
+    entry: &str,
+    id: BufferId,
+    pointers: &[String],
+    errors: &mut Vec<String>,
+) -> Option<[(Part, String, Vec<Param>); 3]> {
+    let buf = p.buffers[id.index()].clone();
+    let BufferKind::Extern { kernel, inputs } = &buf.kind else {
+        return None;
+    };
+    let (spec, paged_) = match *kernel {
+        ExternKernel::Attention(a) => (a, false),
+        ExternKernel::PagedAttention(a) => (a.as_attention(), true),
+        _ => return None,
+    };
+    let head_dim = |b: BufferId| {
+        let l = &p.buffers[b.index()].layout;
+        p.env.pool().as_const(l.sizes[l.sizes.len() - 1])
+    };
+    let (d, dv) = (head_dim(inputs[0])?, head_dim(inputs[2])?);
+    let t = tile(buf.dtype, d, dv)?;
+    // The cache's rows per block: a constant (the tile's table reads are per key).
+    let block_size = match paged_ {
+        true => p
+            .env
+            .pool()
+            .as_const(p.buffers[inputs[1].index()].layout.sizes[1])
+            .filter(|&b| b > 0)?,
+        false => 0,
+    };
+    let ix = if paged_ {
+        paged(p, id, inputs)
+    } else {
+        dense(p, id, inputs)
+    };
+    let printer = CPrinter::cuda("long long", "i64");
+    let vars: Vec<Expr> = ix.vars.iter().map(|v| v.1).collect();
+    let mut h_ = hoist::Hoister::new(&p.env, locals(p, &vars, &[]));
+    let exprs_c: Vec<(&str, String)> = ix
+        .exprs
+        .iter()
+        .map(|&(key_, e)| (key_, c_of(p, &mut h_, e, &printer)))
+        .collect();
+    let all: Vec<Expr> = ix.exprs.iter().map(|e| e.1).collect();
+    let buffers: Vec<(BufferId, bool)> = ix.pointers.iter().map(|&(_, b)| (b, b == id)).collect();
+    let (params_c, params, decls) = parameters(p, &h_, &buffers, &[&all[..]], &vars, pointers);
+    let mut ctx = context(&buf, entry, THREADS, &params_c, &decls);
+    for (key_, e) in &ix.vars {
+        ctx.insert(*key_, &cuda_symbol(&p.env.text(*e)));
     }
-    ctx.insert(
-        "m",
-        &m.map(|m| pointers[m.index()].clone()).unwrap_or_default(),
-    );
-    let mask = match m {
-        None => "none",
-        Some(m) if p.buffers[m.index()].dtype == DType::Bool => "bool",
-        Some(_) => "add",
+    for (key_, e) in &exprs_c {
+        ctx.insert(*key_, e);
+    }
+    for (key_, b) in &ix.pointers {
+        ctx.insert(*key_, &pointers[b.index()]);
+    }
+    let mask = match inputs.get(3) {
+        Some(m) if !paged_ && p.buffers[m.index()].dtype == DType::Bool => "bool",
+        Some(_) if !paged_ => "add",
+        _ => "none",
     };
     ctx.insert("mask", mask);
     ctx.insert("causal", &spec.causal);
+    ctx.insert("paged", &paged_);
+    let f64_ = buf.dtype == DType::F64;
     // The scale as a literal that keeps every bit (f64), or rounded once to f32.
     let scale = spec.scale(d);
     let scale = if f64_ {
@@ -182,6 +267,7 @@ pub(super) fn render(
         ("target_blocks", TARGET_BLOCKS),
         ("min_keys", MIN_KEYS),
         ("max_splits", MAX_SPLITS),
+        ("block_size", block_size),
     ] {
         ctx.insert(key_, &n);
     }
@@ -208,23 +294,50 @@ pub(super) fn render(
             .map(|t| t + "\n")
             .expect("attention template")
     };
+    if paged_ {
+        let what = format!("{} ({})", buf.name, buf.origins.join(", "));
+        for (key_, check) in [
+            ("start_error", PagedCheck::QueryStart),
+            ("context_error", PagedCheck::ContextLength),
+            ("block_error", PagedCheck::Block),
+        ] {
+            errors.push(format!("{what}: {}", check.message()));
+            ctx.insert(key_, &errors.len());
+        }
+        let text = |e: Expr| crate::text::comment(&p.env.text(e));
+        let size = |k: &str| ix.exprs.iter().find(|e| e.0 == k).expect("a size").1;
+        ctx.insert("seqs_doc", &text(size("seqs")));
+        ctx.insert("tokens_doc", &text(size("tokens")));
+        let sequences = render(&ctx, "paged_sequences.cu");
+        ctx.insert("paged_sequences", sequences.trim_end());
+    }
     ctx.insert("split", &false);
     let tiled = render(&ctx, "attention.cu");
-    // The split form's partials: at most MAX_SPLITS shares of one tile of rows per key/value
-    // head of each batch entry, `dv` outputs and two statistics each.
+    // The split form's partials, `dv` outputs and two statistics per row of a tile and share.
+    // Dense: at most MAX_SPLITS shares of the one tile of each key/value head of each batch
+    // entry. Paged: shares·blocks < 2·TARGET_BLOCKS whenever there is more than one share
+    // (shares ≤ ⌈TARGET_BLOCKS / blocks⌉), whatever the batch.
     let size = if f64_ { 8 } else { 4 };
-    let per = p
-        .env
-        .pool_mut()
-        .constant(MAX_SPLITS * t.rows * (dv + 2) * size);
-    let heads = p.env.pool_mut().mul(lq_.sizes[0], lk_.sizes[1]);
-    let bytes = p.env.pool_mut().mul(per, heads);
+    let row_bytes = t.rows * (dv + 2) * size;
+    let bytes = if paged_ {
+        p.env.pool_mut().constant(2 * TARGET_BLOCKS * row_bytes)
+    } else {
+        let per = p.env.pool_mut().constant(MAX_SPLITS * row_bytes);
+        let find = |k: &str| ix.exprs.iter().find(|e| e.0 == k).map(|e| e.1);
+        let heads = p.env.pool_mut().mul(find("batch")?, find("kv_heads")?);
+        p.env.pool_mut().mul(per, heads)
+    };
     let bytes = p.env.text(bytes);
     let (split_c, split_params) = with_workspace((params_c.clone(), params.clone()), bytes);
     ctx.insert("params", &split_c.join(", "));
     ctx.insert("split", &true);
     let split = render(&ctx, "attention.cu");
     ctx.insert("threads", &MERGE_THREADS);
+    if paged_ {
+        // The merge's check loop steps by its own block size.
+        let sequences = render(&ctx, "paged_sequences.cu");
+        ctx.insert("paged_sequences", sequences.trim_end());
+    }
     let merge = render(&ctx, "attention_merge.cu");
     Some([
         (Part::Tiled, tiled, params),
@@ -252,11 +365,37 @@ pub fn splits(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64, lk: i64) 
         return 1;
     }
     let rows = (heads / kv_heads).max(0).saturating_mul(lq.max(0));
-    let base = blocks(t, batch, heads, kv_heads, lq);
-    if rows > t.rows || base <= 0 {
+    if rows > t.rows {
+        return 1;
+    }
+    shares(blocks(t, batch, heads, kv_heads, lq), lk)
+}
+
+/// Shares of the keys for `base` blocks over at most `keys` keys each (see [`splits`]).
+fn shares(base: i64, keys: i64) -> i64 {
+    if base <= 0 {
         return 1;
     }
     let wanted = (TARGET_BLOCKS + base - 1) / base;
-    let most = (lk.max(0) + MIN_KEYS - 1) / MIN_KEYS;
+    let most = (keys.max(0) + MIN_KEYS - 1) / MIN_KEYS;
     wanted.min(most).clamp(1, MAX_SPLITS)
+}
+
+/// The blocks of a paged launch: a tile slot per sequence and per `t.rows / group` tokens
+/// (`tokens·group / t.rows + seqs`; a block whose slot its sequence does not need returns at
+/// once), for each key/value head.
+pub fn paged_blocks(t: Tile, tokens: i64, seqs: i64, heads: i64, kv_heads: i64) -> i64 {
+    if kv_heads <= 0 || seqs <= 0 {
+        return 0;
+    }
+    let group = (heads / kv_heads).max(0);
+    let slots = tokens.max(0).saturating_mul(group) / t.rows + seqs;
+    slots.saturating_mul(kv_heads)
+}
+
+/// Shares of the keys of a paged launch of `blocks` blocks whose sequences hold at most
+/// `capacity` keys: as for [`splits`], whatever the queries per sequence (each share then
+/// takes its part of its own sequence's keys).
+pub fn paged_splits(blocks: i64, capacity: i64) -> i64 {
+    shares(blocks, capacity)
 }

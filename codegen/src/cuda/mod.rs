@@ -42,6 +42,7 @@ const LINE_BLOCK: &str = include_str!("../../../templates/line_block.cu");
 const GROUPED_MM: &str = include_str!("../../../templates/grouped_mm.cu");
 const ATTENTION: &str = include_str!("../../../templates/attention.cu");
 const ATTENTION_MERGE: &str = include_str!("../../../templates/attention_merge.cu");
+const PAGED_SEQUENCES: &str = include_str!("../../../templates/paged_sequences.cu");
 
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -210,6 +211,7 @@ fn engine() -> Tera {
         ("grouped_mm.cu", GROUPED_MM),
         ("attention.cu", ATTENTION),
         ("attention_merge.cu", ATTENTION_MERGE),
+        ("paged_sequences.cu", PAGED_SEQUENCES),
         ("line_block.cu", LINE_BLOCK),
         ("lines.cu", LINES),
         ("radix.cu", RADIX),
@@ -316,9 +318,9 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
                 select::render(p, &tera, ENTRY, b, &pointers).to_vec(),
             ),
             BufferKind::Extern {
-                kernel: ExternKernel::Attention(_),
+                kernel: ExternKernel::Attention(_) | ExternKernel::PagedAttention(_),
                 ..
-            } => match attention::render(p, &tera, ENTRY, b, &pointers) {
+            } => match attention::render(p, &tera, ENTRY, b, &pointers, &mut errors) {
                 Some(f) => ("attention", f.to_vec()),
                 None => continue,
             },

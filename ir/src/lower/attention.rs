@@ -215,7 +215,10 @@ pub(super) fn paged(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         ("query_start", &starts),
     ] {
         if !matches!(t.dtype, DType::I32 | DType::I64) {
-            return msg(format!("{what}: expected int32 or int64, found {}", t.dtype));
+            return msg(format!(
+                "{what}: expected int32 or int64, found {}",
+                t.dtype
+            ));
         }
     }
     let (hq, d) = (q.sizes[1], q.sizes[2]);

@@ -149,7 +149,10 @@ pub const PAGED: Paged = Paged {
 };
 
 pub fn paged_graph(f: Paged) -> Graph {
-    let scale = f.scale.map(|s| format!(r#", "scale": {s:?}"#)).unwrap_or_default();
+    let scale = f
+        .scale
+        .map(|s| format!(r#", "scale": {s:?}"#))
+        .unwrap_or_default();
     let text = format!(
         r#"{{"format": "guardless-graph", "version": 1, "name": "paged_attention",
             "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 16}},
@@ -195,7 +198,10 @@ pub fn paged_inputs(
     let mut table = vec![0i64; seqs.len() * f.width as usize];
     let (mut lens, mut starts) = (Vec::new(), vec![0i64]);
     for (s, &(n, c)) in seqs.iter().enumerate() {
-        assert!(n <= c && c <= f.width * f.block_size, "{f:?}: sequence {s} of {seqs:?}");
+        assert!(
+            n <= c && c <= f.width * f.block_size,
+            "{f:?}: sequence {s} of {seqs:?}"
+        );
         for j in 0..(c + f.block_size - 1) / f.block_size {
             table[s * f.width as usize + j as usize] = next;
             next = (next * 5 + 11) % f.blocks;

@@ -255,9 +255,8 @@ pub unsafe fn paged_attention(
         // Safety: the caller's promise, for this item's rows.
         unsafe { run_item(spec, s, ops, rows, scratch) }
     };
-    let work: usize = seqs.iter().map(|q| q.queries * q.keys).sum::<usize>()
-        * s.heads
-        * (s.d + s.dv);
+    let work: usize =
+        seqs.iter().map(|q| q.queries * q.keys).sum::<usize>() * s.heads * (s.d + s.dv);
     for_each_item(items, threads > 1 && work >= PARALLEL_WORK, run);
 }
 
@@ -402,7 +401,11 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
             false => {
                 for j in 0..tk {
                     let (b, l) = r.key(k0 + j);
-                    k.row(k.at(b, r.kh, l, 0), k.strides[3], &mut kt[j * d..(j + 1) * d]);
+                    k.row(
+                        k.at(b, r.kh, l, 0),
+                        k.strides[3],
+                        &mut kt[j * d..(j + 1) * d],
+                    );
                 }
                 (kt.as_ptr(), 1, d as isize)
             }
@@ -416,7 +419,11 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
             false => {
                 for j in 0..tk {
                     let (b, l) = r.key(k0 + j);
-                    v.row(v.at(b, r.kh, l, 0), v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
+                    v.row(
+                        v.at(b, r.kh, l, 0),
+                        v.strides[3],
+                        &mut vt[j * dv..(j + 1) * dv],
+                    );
                 }
                 (vt.as_ptr(), dv as isize, 1)
             }

@@ -852,7 +852,11 @@ fn attention_operand(
     if order.iter().flatten().any(|&k| k >= strides.len()) {
         return Err(fail(
             owner,
-            format!("attention operand {} has {} dimensions", x.name, sizes.len()),
+            format!(
+                "attention operand {} has {} dimensions",
+                x.name,
+                sizes.len()
+            ),
         ));
     }
     let strides = order.map(|k| k.map_or(0, |k| strides[k] as isize));

@@ -3,7 +3,7 @@
 
 use guardless_codegen::cuda::Part;
 use guardless_ir::graph::DType;
-use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel};
+use guardless_ir::loop_ir::{BufferId, BufferKind, ExternKernel, PagedCheck};
 use guardless_ir::tensor::Data;
 
 use super::{blocks, dev, fail, gemm, Device, Gemm, LaunchError, Operand, Session};
@@ -66,6 +66,17 @@ impl<D: Device> Session<'_, D> {
                 let tiled = part(Part::Tiled).expect("checked");
                 let split = part(Part::Split).zip(part(Part::Merge));
                 return self.device_attention(dev_, id, inputs, tiled, split);
+            }
+            (
+                BufferKind::Extern {
+                    kernel: ExternKernel::PagedAttention(_),
+                    inputs,
+                },
+                ..,
+            ) if part(Part::Tiled).is_some() => {
+                let tiled = part(Part::Tiled).expect("checked");
+                let split = part(Part::Split).zip(part(Part::Merge));
+                return self.device_paged_attention(dev_, id, inputs, tiled, split);
             }
             (BufferKind::Scan { .. } | BufferKind::Sort { .. }, _, _, _, Some(write))
                 if self.device_lines(dev_, id, write, part(Part::Block), part(Part::Tiled))? =>
@@ -254,6 +265,56 @@ impl<D: Device> Session<'_, D> {
         }
         let grid = blocks(t, sq[0], sq[1], sk[1], sq[2]);
         let shares = splits(t, sq[0], sq[1], sk[1], sq[2], sk[2]);
+        match split {
+            Some((split, merge)) if shares > 1 => {
+                self.launch(dev_, split, grid.saturating_mul(shares), THREADS, &bad)?;
+                let outputs: i64 = self.sizes(buf)?.iter().product();
+                let merged = (outputs + MERGE_THREADS - 1) / MERGE_THREADS;
+                self.launch(dev_, merge, merged, MERGE_THREADS, &bad)
+            }
+            _ => self.launch(dev_, entry, grid, THREADS, &bad),
+        }
+    }
+
+    /// Paged attention on the device: a block per tile slot of each key/value head (the
+    /// function finds its sequence), or (few blocks, long contexts) a block per tile slot and
+    /// share of the keys, then the merge. The sequence data is checked on the device.
+    fn device_paged_attention(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        inputs: &[BufferId],
+        entry: usize,
+        split: Option<(usize, usize)>,
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::attention::{
+            paged_blocks, paged_splits, tile, MERGE_THREADS, THREADS,
+        };
+        let p = &self.exe.program;
+        let buf = &p.buffers[id.index()];
+        let bad = |m| fail(buf, m);
+        self.allocate(dev_, id)?;
+        let sq = self.sizes(&p.buffers[inputs[0].index()])?;
+        let sk = self.sizes(&p.buffers[inputs[1].index()])?;
+        let sv = self.sizes(&p.buffers[inputs[2].index()])?;
+        let table = self.sizes(&p.buffers[inputs[3].index()])?;
+        let t = tile(buf.dtype, sq[2], sv[3])
+            .ok_or_else(|| bad("no device form for these head dimensions".into()))?;
+        let (heads, kv_heads) = (sq[1], sk[2]);
+        if kv_heads <= 0 && heads > 0 || kv_heads > 0 && heads % kv_heads != 0 {
+            return Err(bad(format!(
+                "{heads} query heads are not a multiple of {kv_heads} key/value heads"
+            )));
+        }
+        let grid = paged_blocks(t, sq[0], table[0], heads, kv_heads);
+        if grid == 0 {
+            // No sequence: then there is no query token either.
+            if sq[0] != 0 {
+                return Err(bad(PagedCheck::QueryStart.message().into()));
+            }
+            return Ok(());
+        }
+        let shares = paged_splits(grid, table[1].saturating_mul(sk[1]));
         match split {
             Some((split, merge)) if shares > 1 => {
                 self.launch(dev_, split, grid.saturating_mul(shares), THREADS, &bad)?;

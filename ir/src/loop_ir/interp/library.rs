@@ -504,7 +504,8 @@ impl Program {
                             acc += (x - top).exp() / total * read(v, &[blk, slot, kh, e])?.f();
                         }
                         // No key seen (no context): 0, as the ordinary form.
-                        out[((tok * hq + h) * dvv + e) as usize] = if sees == 0 { 0.0 } else { acc };
+                        out[((tok * hq + h) * dvv + e) as usize] =
+                            if sees == 0 { 0.0 } else { acc };
                     }
                 }
             }

@@ -81,7 +81,12 @@ pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor
                     }
                     *lg = x;
                 }
-                attend(&logits, ev, |j, c| elem(&v, flat(&[bi, kh, j, c], &vs)).f(), &mut vals);
+                attend(
+                    &logits,
+                    ev,
+                    |j, c| elem(&v, flat(&[bi, kh, j, c], &vs)).f(),
+                    &mut vals,
+                );
             }
         }
     }
@@ -103,9 +108,7 @@ fn attend(logits: &[f64], ev: usize, value: impl Fn(usize, usize) -> f64, vals: 
     let ex: Vec<f64> = logits.iter().map(|&x| (x - mx).exp()).collect();
     let total: f64 = ex.iter().sum();
     for c in 0..ev {
-        let acc: f64 = (0..logits.len())
-            .map(|j| ex[j] / total * value(j, c))
-            .sum();
+        let acc: f64 = (0..logits.len()).map(|j| ex[j] / total * value(j, c)).sum();
         vals.push(E::F(acc));
     }
 }
@@ -128,7 +131,11 @@ pub(super) fn paged_attention(n: &Node) -> R<Vec<HostTensor>> {
     let (t, hq, d) = (q.shape[0], q.shape[1], q.shape[2]);
     let (nb, bs, hk, dv) = (k.shape[0], k.shape[1], k.shape[2], v.shape[3]);
     let (seqs, width) = (table.shape[0], table.shape[1]);
-    if v.shape[..3] != k.shape[..3] || k.shape[3] != d || lens.shape != [seqs] || starts.shape != [seqs + 1] {
+    if v.shape[..3] != k.shape[..3]
+        || k.shape[3] != d
+        || lens.shape != [seqs]
+        || starts.shape != [seqs + 1]
+    {
         return fail("paged_attention: operand shapes do not fit");
     }
     if hk == 0 && hq > 0 || hk > 0 && hq % hk != 0 {
@@ -175,10 +182,15 @@ pub(super) fn paged_attention(n: &Node) -> R<Vec<HostTensor>> {
                     })
                     .collect();
                 let mut row = Vec::with_capacity(dv);
-                attend(&logits, dv, |j, e| {
-                    let r = rows[j];
-                    elem(&v, flat(&[r / bs, r % bs, kh, e], &vs)).f()
-                }, &mut row);
+                attend(
+                    &logits,
+                    dv,
+                    |j, e| {
+                        let r = rows[j];
+                        elem(&v, flat(&[r / bs, r % bs, kh, e], &vs)).f()
+                    },
+                    &mut row,
+                );
                 let at = (tok * hq + h) * dv;
                 vals[at..at + dv].copy_from_slice(&row);
             }
