@@ -10,6 +10,7 @@ _MODULE_OF = {
     "Exported": "exporter", "ExportError": "exporter", "export": "exporter", "from_exported": "exporter",
     "backend": "dynamo", "make_backend": "dynamo", "fallbacks": "dynamo", "stats": "dynamo",
     "reset": "dynamo", "Fallback": "dynamo", "GuardlessError": "dynamo",
+    "paged_attention": "ops", "write_kv_cache": "ops",
 }
 
 __all__ = list(_MODULE_OF)

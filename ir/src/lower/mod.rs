@@ -289,7 +289,14 @@ impl<'g> Lowerer<'g> {
                     input: k,
                 });
             }
-            let mut t = self.realize(t, &name);
+            // A write-back that is a view of the updated value (a cache updated through a
+            // reshaped view, viewed back) stays a view: the update can then be computed in the
+            // input's storage (`runtime::launch::in_place`).
+            let mut t = if o.mutates.is_some() {
+                self.scatter_base(t, &name)
+            } else {
+                self.realize(t, &name)
+            };
             if self.aliases_mutated_input(t.buffer.expect("realized")) {
                 // Outputs are the call's values before the write-back: one that lies in a
                 // mutated input's storage gets its own copy.
@@ -467,6 +474,18 @@ impl<'g> Lowerer<'g> {
             reduction: None,
         };
         self.add_computed(t.dtype, &t.sizes, loops, body.finish(v), origin)
+    }
+
+    /// The base of a scatter (or an output written back into an input): a buffer, or a view of one (a cache reshaped to rows of a head,
+    /// `cache.view(-1, h, d)`: read in place, so that a scatter computed in the cache's own
+    /// storage copies nothing), else `t` realized.
+    pub(crate) fn scatter_base(&mut self, t: LTensor, origin: &str) -> LTensor {
+        if t.buffer.is_some() || t.strided.is_none() {
+            return self.realize(t, origin);
+        }
+        let id = self.as_buffer(t, origin);
+        let b = &self.buffers[id.index()];
+        buffer_tensor(id, b.dtype, b.layout.clone())
     }
 
     /// Whether buffer `b` is stored row-major from offset 0 (strides of size-1 dimensions aside),

@@ -234,7 +234,7 @@ fn scatter_into(
     }
     let (xd, cd) = (x.dtype, compute_dtype(x.dtype));
     let size = x.sizes[dim];
-    let base = l.realize(x, &n.name);
+    let base = l.scatter_base(x, &n.name);
     let vars = l.index_vars("x", &index.sizes);
     let origin = l.origin();
     let mut body = BodyBuilder::default();

@@ -200,7 +200,7 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     }
     let plan = index_plan(l, &x.sizes, idx)?;
     let values = expand(l, values, &plan.sizes)?;
-    let base = l.realize(x, &n.name);
+    let base = l.scatter_base(x, &n.name);
     let vars = l.index_vars("x", &plan.sizes);
     let mut body = BodyBuilder::default();
     let mut ctx = Ctx {

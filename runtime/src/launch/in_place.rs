@@ -1,8 +1,9 @@
 //! Re-inplacing outputs written back into graph inputs: the output is computed into the input's
 //! storage directly, so neither a buffer of its own nor the write-back copy is needed.
 //!
-//! - A KV-cache write: a device scatter whose base is the input moves only the new elements
-//!   (no copy of the base).
+//! - A KV-cache write: a scatter whose base is the input (or a reshaped view of it, the output
+//!   then a view of the scatter laid out as the input: `cache.view(-1, h, d).index_copy_(…)`)
+//!   moves only the new elements (no copy of the base).
 //! - An elementwise update (`x.mul_(2)`, `x.copy_(y)` as a functionalized graph exports them):
 //!   a kernel's stored member whose kernel reads the input only at the element that member
 //!   writes, from the thread that writes it.
@@ -25,9 +26,12 @@ pub(crate) fn in_place_outputs(
 ) -> Vec<Option<BufferId>> {
     let mut out = vec![None; p.buffers.len()];
     for w in p.writes_back.clone() {
-        let (id, Some(input)) = (p.outputs[w.output], p.input_buffer(w.input)) else {
+        let (output, Some(input)) = (p.outputs[w.output], p.input_buffer(w.input)) else {
             continue;
         };
+        // The step's result: the output, or (a cache written through a reshaped view, viewed
+        // back) the buffer the output is a view of.
+        let id = p.storage_root(output);
         let Some(at) = s.steps.iter().position(|st| match *st {
             Step::Library(b) => b == id,
             Step::Kernel(k) => s.kernels[k].members.iter().any(|m| m.buffer == id),
@@ -35,13 +39,10 @@ pub(crate) fn in_place_outputs(
         }) else {
             continue;
         };
-        let (il, ol) = (
-            &p.buffers[input.index()].layout,
-            &p.buffers[id.index()].layout,
-        );
+        let layout = |b: BufferId| &p.buffers[b.index()].layout;
         // One output per input: two written into it would overwrite each other.
         let writers = p.writes_back.iter().filter(|x| x.input == w.input).count();
-        if il != ol
+        if layout(input) != layout(output)
             || writers > 1
             || p.outputs.iter().any(|&o| p.storage_root(o) == input)
             || s.steps[at + 1..].iter().any(|st| reads(p, s, st, input))
@@ -49,15 +50,19 @@ pub(crate) fn in_place_outputs(
             continue;
         }
         let ok = match (&s.steps[at], &p.buffers[id.index()].kind) {
-            // Its values must not read the input being overwritten (another thread's target).
+            // The scatter's base addresses the input's storage as the result addresses its own
+            // (the input itself, or a view of it laid out as the result), so the result can be
+            // that storage. Its values must not read the input being overwritten (another
+            // thread's target).
             (Step::Library(_), BufferKind::Scatter { base, body, .. }) => {
-                *base == input
+                p.storage_root(*base) == input
+                    && layout(*base) == layout(id)
                     && native_scatter(id)
                     && !body.ops.iter().any(|(op, _)| {
                         matches!(op, Op::Load { buffer, .. } if p.storage_root(*buffer) == input)
                     })
             }
-            (&Step::Kernel(k), BufferKind::Computed { .. }) if kernels => {
+            (&Step::Kernel(k), BufferKind::Computed { .. }) if kernels && id == output => {
                 reads_only_its_element(p, s, k, id, input)
             }
             _ => false,
@@ -110,7 +115,10 @@ fn reads_only_its_element(
 fn reads(p: &Program, s: &Schedule, step: &Step, input: BufferId) -> bool {
     match *step {
         Step::Input(_) | Step::View(_) => false,
-        Step::Library(id) => p.library_reads(id).contains(&input),
+        Step::Library(id) => p
+            .library_reads(id)
+            .iter()
+            .any(|&r| p.storage_root(r) == input),
         Step::Kernel(k) => s.kernels[k].members.iter().any(|m| {
             let BufferKind::Computed { body, .. } = &p.buffers[m.buffer.index()].kind else {
                 return false;
