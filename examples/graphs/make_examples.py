@@ -206,6 +206,74 @@ def llama_decoder_layer(kind):
     ], nodes, [t("out")])
 
 
+S = "s"  # the num_seqs symbol of the paged examples
+BLOCKS, BLOCK_SIZE, MAX_BLOCKS = 512, 16, 64  # the paged KV cache: 8192 token slots, 1024 per sequence
+
+
+def seqs_symbol(kind):
+    if kind == "backed":
+        return {"name": S, "kind": "backed", "hint": 8, "min": 1, "max": 1024}
+    return {"name": S, "kind": "unbacked", "min": 0, "max": 1024, "optimization_hint": 64}
+
+
+def llama_decode_step(kind):
+    """One decoder layer of a serving step over a paged KV cache: num_tokens (n) query tokens of
+    num_seqs (s) sequences in one flattened batch (prefills, chunked prefills and decodes mixed);
+    the new keys and values written into the caches in place at their slots, then paged
+    attention over each sequence's blocks."""
+    qd, kd = HEADS * HD, KV * HD
+    nodes = rms_norm_nodes("in_", "x", "w_in")
+    nodes += [
+        node("wqkv_t", "aten.t.default", self=t("w_qkv")),
+        node("qkv", "aten.mm.default", self=t("in_out"), mat2=t("wqkv_t")),
+        node("q", "aten.slice.Tensor", self=t("qkv"), dim=1, start=0, end=qd),
+        node("k", "aten.slice.Tensor", self=t("qkv"), dim=1, start=qd, end=qd + kd),
+        node("v", "aten.slice.Tensor", self=t("qkv"), dim=1, start=qd + kd, end=qd + 2 * kd),
+    ]
+    nodes += rotary_nodes("qr_", "q", HEADS)
+    nodes += rotary_nodes("kr_", "k", KV)
+    nodes += [
+        node("q3", "aten.view.default", self=t("qr_out"), size=[N, HEADS, HD]),
+        node("k3", "aten.view.default", self=t("kr_out"), size=[N, KV, HD]),
+        node("v3", "aten.view.default", self=t("v"), size=[N, KV, HD]),
+        # write_kv_cache: index_copy_ into the caches seen as [slots, KV, HD], functionalized.
+        node("kc_rows", "aten.view.default", self=t("key_cache"), size=[-1, KV, HD]),
+        node("kc_new", "aten.index_put.default", self=t("kc_rows"), indices=[t("slots")], values=t("k3")),
+        node("kc", "aten.view.default", self=t("kc_new"), size=[BLOCKS, BLOCK_SIZE, KV, HD]),
+        node("vc_rows", "aten.view.default", self=t("value_cache"), size=[-1, KV, HD]),
+        node("vc_new", "aten.index_put.default", self=t("vc_rows"), indices=[t("slots")], values=t("v3")),
+        node("vc", "aten.view.default", self=t("vc_new"), size=[BLOCKS, BLOCK_SIZE, KV, HD]),
+        node("attn", "guardless.paged_attention.default", query=t("q3"), key_cache=t("kc"), value_cache=t("vc"),
+             block_table=t("block_table"), context_lens=t("context_lens"), query_start=t("query_start")),
+        node("attn2", "aten.view.default", self=t("attn"), size=[N, qd]),
+        node("wo_t", "aten.t.default", self=t("w_o")),
+        node("o", "aten.mm.default", self=t("attn2"), mat2=t("wo_t")),
+        node("res", "aten.add.Tensor", self=t("x"), other=t("o")),
+    ]
+    nodes += rms_norm_nodes("post_", "res", "w_post")
+    nodes += mlp_nodes("mlp_", "post_out")
+    nodes += [node("out", "aten.add.Tensor", self=t("res"), other=t("mlp_out"))]
+    cache = [BLOCKS, BLOCK_SIZE, KV, HD]
+    return graph("llama_decode_step", kind, [
+        inp("x", "bf16", [N, H]),
+        inp("positions", "i64", [N]),
+        inp("slots", "i64", [N]),
+        inp("key_cache", "bf16", cache),
+        inp("value_cache", "bf16", cache),
+        inp("block_table", "i32", [S, MAX_BLOCKS]),
+        inp("context_lens", "i32", [S]),
+        inp("query_start", "i32", [f"{S} + 1"]),
+        inp("cos_sin_cache", "f32", [2048, HD], "buffer"),
+        inp("w_in", "bf16", [H], "parameter"),
+        inp("w_qkv", "bf16", [qd + 2 * kd, H], "parameter"),
+        inp("w_o", "bf16", [H, qd], "parameter"),
+        inp("w_post", "bf16", [H], "parameter"),
+        inp("w_gate_up", "bf16", [2 * I, H], "parameter"),
+        inp("w_down", "bf16", [H, I], "parameter"),
+    ], nodes, [t("out"), {"tensor": "kc", "mutates": "key_cache"}, {"tensor": "vc", "mutates": "value_cache"}],
+        symbols=[seqs_symbol(kind)])
+
+
 def llama_mlp(kind):
     return graph("llama_mlp", kind, [
         inp("x", "bf16", [N, H]),
@@ -265,7 +333,7 @@ def sampler(kind):
 
 
 EXAMPLES = [rms_norm, fused_add_rms_norm, silu_and_mul, softmax, layer_norm, rotary_embedding, llama_mlp,
-            llama_decoder_layer, moe_routing, sampler]
+            llama_decoder_layer, llama_decode_step, moe_routing, sampler]
 
 if __name__ == "__main__":
     for make in EXAMPLES:

@@ -459,11 +459,14 @@ fn complete_inputs(
         }
     }
     let random = random_inputs_where(graph, &sizes, seed, |k| from_files[k].is_none())?;
-    Ok(from_files
+    let drawn: Vec<bool> = from_files.iter().map(Option::is_none).collect();
+    let mut inputs: Vec<HostTensor> = from_files
         .into_iter()
         .zip(random)
         .map(|(f, r)| f.or(r).expect("every input given or random"))
-        .collect())
+        .collect();
+    guardless_ir::reference::valid_sequences(graph, &sizes, &mut inputs, seed, |k| drawn[k]);
+    Ok(inputs)
 }
 
 const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
@@ -473,10 +476,12 @@ pub(super) fn random_inputs(
     given: &Bindings,
     seed: u64,
 ) -> Result<Vec<HostTensor>, String> {
-    Ok(random_inputs_where(graph, given, seed, |_| true)?
+    let mut inputs: Vec<HostTensor> = random_inputs_where(graph, given, seed, |_| true)?
         .into_iter()
         .flatten()
-        .collect())
+        .collect();
+    guardless_ir::reference::valid_sequences(graph, given, &mut inputs, seed, |_| true);
+    Ok(inputs)
 }
 
 /// Random values for the inputs `wanted` picks (by index; `None` for the others); input `k`'s

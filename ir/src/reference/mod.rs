@@ -6,6 +6,7 @@
 mod bind;
 pub mod compare;
 mod ops;
+mod sequences;
 
 use thiserror::Error;
 
@@ -14,6 +15,7 @@ use crate::sym::Bindings;
 use crate::tensor::HostTensor;
 
 pub use bind::{bind_inputs, bind_shapes};
+pub use sequences::valid_sequences;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum RefError {

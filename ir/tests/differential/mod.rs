@@ -160,7 +160,7 @@ pub fn differential_with(
 /// Random inputs for `graph` at the symbol values `b`: floats in [-2, 2), integers in `ints`,
 /// parameters scaled by 1/sqrt(fan-in).
 pub fn random_inputs(graph: &Graph, b: &Bindings, seed: u64, ints: (i64, i64)) -> Vec<HostTensor> {
-    graph
+    let mut inputs: Vec<HostTensor> = graph
         .inputs
         .iter()
         .enumerate()
@@ -184,7 +184,10 @@ pub fn random_inputs(graph: &Graph, b: &Bindings, seed: u64, ints: (i64, i64)) -
                 _ => t,
             }
         })
-        .collect()
+        .collect();
+    // Sequence data of paged attention that keeps its contract.
+    guardless_ir::reference::valid_sequences(graph, b, &mut inputs, seed, |_| true);
+    inputs
 }
 
 /// `inputs` with every float scaled by 4 and rounded to an integer: sums of their products are
