@@ -207,7 +207,7 @@ def llama_decoder_layer(kind):
 
 
 S = "s"  # the num_seqs symbol of the paged examples
-BLOCKS, BLOCK_SIZE, MAX_BLOCKS = 512, 16, 64  # the paged KV cache: 8192 token slots, 1024 per sequence
+BLOCKS, BLOCK_SIZE, MAX_BLOCKS = 128, 16, 64  # the paged KV cache: 2048 token slots, 1024 per sequence
 
 
 def seqs_symbol(kind):
