@@ -468,17 +468,8 @@ fn the_example_graphs_match_the_reference() {
         {
             let what = path.display().to_string();
             // Any other size of an input (the sequences of a paged batch) at 2.
-            let mut values = vec![(sym.as_str(), v)];
-            let shapes: Vec<_> = g.inputs.iter().flat_map(|i| i.shape.clone()).collect();
-            let others: Vec<String> = g
-                .env
-                .pool()
-                .free_symbols_of(&shapes)
-                .into_iter()
-                .map(|id| g.env.pool().symbol(id).name.to_string())
-                .filter(|name| *name != sym)
-                .collect();
-            values.extend(others.iter().map(|o| (o.as_str(), 2)));
+            let values = with_input_sizes(&g, &[(&sym, v)], 2);
+            let values: Vec<(&str, i64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
             assert!(
                 differential_ints(&what, &g, &values, s as u64, false, (0, 4)),
                 "{what} at {values:?}: refused"
@@ -1106,4 +1097,3 @@ fn impossible_sizes_are_errors_before_allocating() {
         [3, 2]
     );
 }
-

@@ -215,6 +215,20 @@ pub fn inputs_at(graph: &Graph, n: i64, seed: u64) -> (Vec<HostTensor>, Bindings
 }
 
 /// The symbol values `values` (name → value) as bindings of `graph`.
+/// `values` and every other symbol of the graph's input shapes (a paged batch's sequences
+/// beside its tokens) at `others`.
+pub fn with_input_sizes(graph: &Graph, values: &[(&str, i64)], others: i64) -> Vec<(String, i64)> {
+    let shapes: Vec<_> = graph.inputs.iter().flat_map(|i| i.shape.clone()).collect();
+    let mut all: Vec<(String, i64)> = values.iter().map(|&(n, v)| (n.to_string(), v)).collect();
+    for id in graph.env.pool().free_symbols_of(&shapes) {
+        let name = graph.env.pool().symbol(id).name.to_string();
+        if !all.iter().any(|(n, _)| *n == name) {
+            all.push((name, others));
+        }
+    }
+    all
+}
+
 pub fn bindings_of(what: &str, graph: &Graph, values: &[(&str, i64)]) -> Bindings {
     let mut b = Bindings::new();
     for &(name, v) in values {
