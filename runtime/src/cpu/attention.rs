@@ -377,8 +377,19 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
         ops.k.direct::<T>() && r.pages.is_none(),
         ops.v.direct::<T>() && r.pages.is_none(),
     );
-    let kt = refill(&mut t.kt, if k_direct { 0 } else { TILE_K * d }, T::ZERO);
-    let vt = refill(&mut t.vt, if v_direct { 0 } else { TILE_K * dv }, T::ZERO);
+    // Few rows (a decode step's query heads of a group): each key and value row is used where
+    // it lies, once per row, by dot products and scaled additions — no tile copied, no product
+    // call per tile. More rows: tiles through the matrix product.
+    let by_row = n <= BY_ROW;
+    let (kt_len, vt_len) = match by_row {
+        true => (d, dv),
+        false => (
+            if k_direct { 0 } else { TILE_K * d },
+            if v_direct { 0 } else { TILE_K * dv },
+        ),
+    };
+    let kt = refill(&mut t.kt, kt_len, T::ZERO);
+    let vt = refill(&mut t.vt, vt_len, T::ZERO);
     let scores = refill(&mut t.scores, n * TILE_K, T::ZERO);
     // The causal mask hides every key past the item's last query position.
     let keys = if spec.causal {
@@ -389,53 +400,46 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
     let boolean = ops.mask.is_some_and(|m| m.dtype == DType::Bool);
     for k0 in (0..keys).step_by(TILE_K) {
         let tk = TILE_K.min(keys - k0);
-        // Keys and values of the compute type are read in place (the product takes strides);
-        // others are widened into the tiles first.
         let (k, v) = (&ops.k, &ops.v);
-        let keys_at = match k_direct {
-            true => (
-                k.element::<T>(k.at(r.b, r.kh, k0, 0)),
-                k.strides[3],
-                k.strides[2],
-            ),
-            false => {
-                for j in 0..tk {
-                    let (b, l) = r.key(k0 + j);
-                    k.row(
-                        k.at(b, r.kh, l, 0),
-                        k.strides[3],
-                        &mut kt[j * d..(j + 1) * d],
-                    );
-                }
-                (kt.as_ptr(), 1, d as isize)
-            }
-        };
-        let values_at = match v_direct {
-            true => (
-                v.element::<T>(v.at(r.b, r.kh, k0, 0)),
-                v.strides[2],
-                v.strides[3],
-            ),
-            false => {
-                for j in 0..tk {
-                    let (b, l) = r.key(k0 + j);
-                    v.row(
-                        v.at(b, r.kh, l, 0),
-                        v.strides[3],
-                        &mut vt[j * dv..(j + 1) * dv],
-                    );
-                }
-                (vt.as_ptr(), dv as isize, 1)
-            }
-        };
         // scores[row][j] = q[row] · k[j]
-        T::product(
-            (n, d, tk),
-            (q.as_ptr(), d as isize, 1),
-            keys_at,
-            T::ZERO,
-            (scores.as_mut_ptr(), TILE_K as isize),
-        );
+        if by_row {
+            for j in 0..tk {
+                if k0 + j + AHEAD < keys {
+                    let (b, l) = r.key(k0 + j + AHEAD);
+                    prefetch(k, k.at(b, r.kh, l, 0), d);
+                }
+                let (b, l) = r.key(k0 + j);
+                let key = row_at(k, k.at(b, r.kh, l, 0), kt);
+                for row in 0..n {
+                    scores[row * TILE_K + j] = dot(&q[row * d..(row + 1) * d], key);
+                }
+            }
+        } else {
+            // Keys of the compute type are read in place (the product takes strides); others
+            // are widened into the tile first.
+            let keys_at = match k_direct {
+                true => (
+                    k.element::<T>(k.at(r.b, r.kh, k0, 0)),
+                    k.strides[3],
+                    k.strides[2],
+                ),
+                false => {
+                    for j in 0..tk {
+                        let (b, l) = r.key(k0 + j);
+                        let at = k.at(b, r.kh, l, 0);
+                        k.row(at, k.strides[3], &mut kt[j * d..(j + 1) * d]);
+                    }
+                    (kt.as_ptr(), 1, d as isize)
+                }
+            };
+            T::product(
+                (n, d, tk),
+                (q.as_ptr(), d as isize, 1),
+                keys_at,
+                T::ZERO,
+                (scores.as_mut_ptr(), TILE_K as isize),
+            );
+        }
         for row in 0..n {
             let line = &mut scores[row * TILE_K..row * TILE_K + tk];
             if let Some(m) = ops.mask {
@@ -472,13 +476,45 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
             }
         }
         // out[row] += weights[row] · v
-        T::product(
-            (n, tk, dv),
-            (scores.as_ptr(), TILE_K as isize, 1),
-            values_at,
-            T::ONE,
-            (out.as_mut_ptr(), dv as isize),
-        );
+        if by_row {
+            for j in 0..tk {
+                if k0 + j + AHEAD < keys {
+                    let (b, l) = r.key(k0 + j + AHEAD);
+                    prefetch(v, v.at(b, r.kh, l, 0), dv);
+                }
+                let (b, l) = r.key(k0 + j);
+                let value = row_at(v, v.at(b, r.kh, l, 0), vt);
+                for row in 0..n {
+                    let w = scores[row * TILE_K + j];
+                    if w != T::ZERO {
+                        add_scaled(&mut out[row * dv..(row + 1) * dv], w, value);
+                    }
+                }
+            }
+        } else {
+            let values_at = match v_direct {
+                true => (
+                    v.element::<T>(v.at(r.b, r.kh, k0, 0)),
+                    v.strides[2],
+                    v.strides[3],
+                ),
+                false => {
+                    for j in 0..tk {
+                        let (b, l) = r.key(k0 + j);
+                        let at = v.at(b, r.kh, l, 0);
+                        v.row(at, v.strides[3], &mut vt[j * dv..(j + 1) * dv]);
+                    }
+                    (vt.as_ptr(), dv as isize, 1)
+                }
+            };
+            T::product(
+                (n, tk, dv),
+                (scores.as_ptr(), TILE_K as isize, 1),
+                values_at,
+                T::ONE,
+                (out.as_mut_ptr(), dv as isize),
+            );
+        }
     }
     for row in 0..n {
         // A row with no visible key is 0, as in PyTorch.
@@ -498,6 +534,67 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
                 out[row * dv + c] * inv,
             );
         }
+    }
+}
+
+/// Rows of a work item at most which keys and values are used row by row (see [`item`]).
+const BY_ROW: usize = 8;
+
+/// The row of `o` at element `at`, `buf.len()` long: in place when it holds the compute type
+/// contiguously, else widened into `buf`.
+#[inline(always)]
+unsafe fn row_at<'a, T: Real>(o: &Operand, at: isize, buf: &'a mut [T]) -> &'a [T] {
+    if o.direct::<T>() && o.strides[3] == 1 {
+        std::slice::from_raw_parts(o.element::<T>(at), buf.len())
+    } else {
+        o.row(at, o.strides[3], buf);
+        buf
+    }
+}
+
+/// Keys ahead of the one in use whose rows are prefetched on the row-by-row path: a paged
+/// cache's blocks lie anywhere, where the hardware's prefetcher does not follow.
+const AHEAD: usize = 4;
+
+/// Asks for the cache lines of the `len` elements of `o`'s row at element `at` (unit stride).
+#[inline(always)]
+unsafe fn prefetch(o: &Operand, at: isize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let size = o.dtype.size();
+        let first = o.ptr.wrapping_offset(at * size as isize);
+        for line in (0..len * size).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(line) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (o, at, len);
+}
+
+/// `a · b`, in `LANES` partial sums.
+#[inline(always)]
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let mut s = [T::ZERO; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .fold(T::ZERO, |acc, (&x, &y)| acc + x * y);
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            s[l] += x[l] * y[l];
+        }
+    }
+    s.iter().fold(tail, |acc, &x| acc + x)
+}
+
+/// `y += w · x`.
+#[inline(always)]
+fn add_scaled<T: Real>(y: &mut [T], w: T, x: &[T]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += w * x;
     }
 }
 
