@@ -19,8 +19,9 @@ alike; guardless compiles them to fused kernels.
   `[num_blocks * block_size, Hkv, D]`: exported graphs carry it as a mutation of the caches,
   which guardless performs in place (only the new rows move).
 
-Importing `guardless` does not import torch; these ops are registered when this module is
-imported (`import guardless.ops`), which the `torch.compile` backend and the exporter do.
+Importing `guardless` does not import torch; the ops are registered when this module is imported
+(`import guardless.ops`, or the first use of `guardless.paged_attention`), before a model that
+calls them runs, is exported or is compiled.
 """
 
 from typing import Optional
