@@ -64,6 +64,75 @@ struct Indexing {
     pointers: Vec<(&'static str, BufferId)>,
 }
 
+impl Indexing {
+    /// The expression of template key `key`.
+    fn expr(&self, key: &str) -> Option<Expr> {
+        self.exprs.iter().find(|e| e.0 == key).map(|e| e.1)
+    }
+}
+
+/// The template's constants: the tile's and head dimensions' numbers, the split limits, the
+/// scale (a literal that keeps every bit in f64, or rounded once to f32), the compute type and
+/// its functions.
+fn insert_constants(
+    ctx: &mut tera::Context,
+    t: Tile,
+    scale: f64,
+    (d, dv): (i64, i64),
+    block_size: i64,
+    f64_: bool,
+) {
+    let scale = if f64_ {
+        format!("{scale:e}")
+    } else {
+        format!("{:e}f", scale as f32)
+    };
+    ctx.insert("scale", &scale);
+    let warps = THREADS / 32;
+    for (key_, n) in [
+        ("br", t.rows),
+        ("tk", t.keys),
+        ("d", d),
+        ("dv", dv),
+        ("br_last", t.rows - 1),
+        ("br_d", t.rows * d),
+        ("d_pad", d + 1),
+        ("tk_d", t.keys * d),
+        ("tk_dv", t.keys * dv),
+        ("rows_per_pass", THREADS / t.keys),
+        ("warps", warps),
+        ("rpt", t.rows / warps),
+        ("cpt", (dv + 31) / 32),
+        ("tk_last", t.keys - 1),
+        ("dv_1", dv + 1),
+        ("dv_2", dv + 2),
+        ("target_blocks", TARGET_BLOCKS),
+        ("min_keys", MIN_KEYS),
+        ("max_splits", MAX_SPLITS),
+        ("block_size", block_size),
+    ] {
+        ctx.insert(key_, &n);
+    }
+    ctx.insert("acc", if f64_ { "double" } else { "float" });
+    ctx.insert(
+        "ninf",
+        if f64_ {
+            "__longlong_as_double(0xfff0000000000000LL)"
+        } else {
+            "__int_as_float(0xff800000)"
+        },
+    );
+    // The maximum propagates NaN (a NaN score makes its row NaN, as in PyTorch).
+    ctx.insert("fmax", "gl_max");
+    ctx.insert("exp", if f64_ { "exp" } else { "expf" });
+    ctx.insert(
+        "splits_doc",
+        &format!(
+            "{TARGET_BLOCKS} blocks need, at most one per {MIN_KEYS} keys and {MAX_SPLITS} in all"
+        ),
+    );
+}
+
 /// The ordinary form: `q [B, Hq, Lq, D]`, `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, an
 /// optional mask `[B, Hq, Lq, Lk]`.
 fn dense(p: &mut Program, id: BufferId, inputs: &[BufferId]) -> Indexing {
@@ -238,57 +307,7 @@ pub(super) fn render(
     ctx.insert("causal", &spec.causal);
     ctx.insert("paged", &paged_);
     let f64_ = buf.dtype == DType::F64;
-    // The scale as a literal that keeps every bit (f64), or rounded once to f32.
-    let scale = spec.scale(d);
-    let scale = if f64_ {
-        format!("{scale:e}")
-    } else {
-        format!("{:e}f", scale as f32)
-    };
-    ctx.insert("scale", &scale);
-    let warps = THREADS / 32;
-    for (key_, n) in [
-        ("br", t.rows),
-        ("tk", t.keys),
-        ("d", d),
-        ("dv", dv),
-        ("br_last", t.rows - 1),
-        ("br_d", t.rows * d),
-        ("d_pad", d + 1),
-        ("tk_d", t.keys * d),
-        ("tk_dv", t.keys * dv),
-        ("rows_per_pass", THREADS / t.keys),
-        ("warps", warps),
-        ("rpt", t.rows / warps),
-        ("cpt", (dv + 31) / 32),
-        ("tk_last", t.keys - 1),
-        ("dv_1", dv + 1),
-        ("dv_2", dv + 2),
-        ("target_blocks", TARGET_BLOCKS),
-        ("min_keys", MIN_KEYS),
-        ("max_splits", MAX_SPLITS),
-        ("block_size", block_size),
-    ] {
-        ctx.insert(key_, &n);
-    }
-    ctx.insert("acc", if f64_ { "double" } else { "float" });
-    ctx.insert(
-        "ninf",
-        if f64_ {
-            "__longlong_as_double(0xfff0000000000000LL)"
-        } else {
-            "__int_as_float(0xff800000)"
-        },
-    );
-    // The maximum propagates NaN (a NaN score makes its row NaN, as in PyTorch).
-    ctx.insert("fmax", "gl_max");
-    ctx.insert("exp", if f64_ { "exp" } else { "expf" });
-    ctx.insert(
-        "splits_doc",
-        &format!(
-            "{TARGET_BLOCKS} blocks need, at most one per {MIN_KEYS} keys and {MAX_SPLITS} in all"
-        ),
-    );
+    insert_constants(&mut ctx, t, spec.scale(d), (d, dv), block_size, f64_);
     let render = |ctx: &tera::Context, template: &str| {
         tera.render(template, ctx)
             .map(|t| t + "\n")
@@ -305,9 +324,8 @@ pub(super) fn render(
             ctx.insert(key_, &errors.len());
         }
         let text = |e: Expr| crate::text::comment(&p.env.text(e));
-        let size = |k: &str| ix.exprs.iter().find(|e| e.0 == k).expect("a size").1;
-        ctx.insert("seqs_doc", &text(size("seqs")));
-        ctx.insert("tokens_doc", &text(size("tokens")));
+        ctx.insert("seqs_doc", &text(ix.expr("seqs")?));
+        ctx.insert("tokens_doc", &text(ix.expr("tokens")?));
         let sequences = render(&ctx, "paged_sequences.cu");
         ctx.insert("paged_sequences", sequences.trim_end());
     }
@@ -323,8 +341,7 @@ pub(super) fn render(
         p.env.pool_mut().constant(2 * TARGET_BLOCKS * row_bytes)
     } else {
         let per = p.env.pool_mut().constant(MAX_SPLITS * row_bytes);
-        let find = |k: &str| ix.exprs.iter().find(|e| e.0 == k).map(|e| e.1);
-        let heads = p.env.pool_mut().mul(find("batch")?, find("kv_heads")?);
+        let heads = p.env.pool_mut().mul(ix.expr("batch")?, ix.expr("kv_heads")?);
         p.env.pool_mut().mul(per, heads)
     };
     let bytes = p.env.text(bytes);
