@@ -2,6 +2,13 @@
 // Fused attention: a block of {{ threads }} threads per {{ br }} rows (a query position of one of
 // the query heads of one key/value head, position-major), keys in tiles of {{ tk }} through shared
 // memory, an online softmax in {{ acc }}; no score leaves the block.
+{%- if mma %}
+// Tensor cores: queries, keys and values staged as they are ({{ elem }}, zero-padded to whole
+// fragments); the scores by mma.sync, warp w the keys 8w..8w+7 of the tile; the products with the
+// values by mma.sync, warp w the output columns 8·(w + {{ warps }}·n)..+7, each probability as
+// two {{ elem }} parts (the rounded value and what rounding left), so nothing is lost to the
+// narrow type.
+{%- endif %}
 {%- if paged %}
 // Paged: a tile's rows are queries of one sequence of the flattened batch (found from the query
 // offsets: sequence s owns the tile slots from start(s)·group/{{ br }} + s on), its keys rows of
@@ -56,22 +63,23 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   const long long gl_first = 0, gl_shift = 0;
 {%- endif %}
   const {{ acc }} gl_ninf = {{ ninf }};
-  __shared__ {{ acc }} gl_q[{{ br }}][{{ d }}];
-  __shared__ {{ acc }} gl_k[{{ tk }}][{{ d_pad }}];
-  __shared__ {{ acc }} gl_v[{{ tk }}][{{ dv }}];
+  __shared__ __align__(16) {{ stage }} gl_q[{{ br }}][{{ q_pad }}];
+  __shared__ __align__(16) {{ stage }} gl_k[{{ tk }}][{{ k_pad }}];
+  __shared__ __align__(16) {{ stage }} gl_v[{{ tk }}][{{ v_pad }}];
   __shared__ {{ acc }} gl_p[{{ br }}][{{ tk }}];
   __shared__ {{ acc }} gl_top[{{ br }}], gl_sum[{{ br }}], gl_shrink[{{ br }}];
-  // The rows' queries, scaled (rows past the last are 0 and never stored).
-  for (int gl_i = threadIdx.x; gl_i < {{ br_d }}; gl_i += {{ threads }}) {
-    const long long gl_row = gl_row0 + gl_i / {{ d }};
+  // The rows' queries{% if not mma %}, scaled{% endif %} (rows past the last, and columns past the head dim, are 0).
+  for (int gl_i = threadIdx.x; gl_i < {{ br }} * {{ d_cols }}; gl_i += {{ threads }}) {
+    const long long gl_row = gl_row0 + gl_i / {{ d_cols }};
+    const int gl_col = gl_i % {{ d_cols }};
     {{ acc }} gl_x = 0;
-    if (gl_row < gl_rows) {
+    if (gl_row < gl_rows && gl_col < {{ d }}) {
       const long long {{ pos }} = gl_first + gl_row / gl_group;
       const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
-      const long long {{ t }} = gl_i % {{ d }};
-      gl_x = ({{ acc }})gl_ld({{ q }}, {{ q_index }}) * ({{ acc }}){{ scale }};
+      const long long {{ t }} = gl_col;
+      gl_x = ({{ acc }})gl_ld({{ q }}, {{ q_index }}){% if not mma %} * ({{ acc }}){{ scale }}{% endif %};
     }
-    gl_q[gl_i / {{ d }}][gl_i % {{ d }}] = gl_x;
+    gl_q[gl_i / {{ d_cols }}][gl_col] = {{ to_stage }}(gl_x);
   }
   if (threadIdx.x < {{ br }}) {
     gl_top[threadIdx.x] = gl_ninf;
@@ -96,12 +104,19 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
   }
 {%- endif %}
   const int gl_lane = threadIdx.x % 32, gl_warp = threadIdx.x / 32;
+{%- if mma %}
+  // A fragment's rows and columns for this lane: rows gl_g and gl_g + 8, columns gl_c2, gl_c2 + 1.
+  const int gl_g = gl_lane / 4, gl_c2 = gl_lane % 4 * 2;
+  // This thread's outputs: fragment n holds columns 8·(gl_warp + {{ warps }}·n) + gl_c2 (+1) of
+  // rows gl_g (elements 0, 1) and gl_g + 8 (2, 3).
+{%- else %}
   // This thread's outputs: rows gl_warp + {{ warps }}·i, columns gl_lane + 32·m.
-  {{ acc }} gl_o[{{ rpt }}][{{ cpt }}];
+{%- endif %}
+  {{ acc }} gl_o[{{ o_rows }}][{{ o_cols }}];
 #pragma unroll
-  for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i)
+  for (int gl_i = 0; gl_i < {{ o_rows }}; ++gl_i)
 #pragma unroll
-    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) gl_o[gl_i][gl_m] = 0;
+    for (int gl_m = 0; gl_m < {{ o_cols }}; ++gl_m) gl_o[gl_i][gl_m] = 0;
   for (long long gl_k0 = gl_lo; gl_k0 < gl_keys; gl_k0 += {{ tk }}) {
     // The last tile's readers are done (the first time: the queries and statistics written).
     __syncthreads();
@@ -121,23 +136,42 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     }
     __syncthreads();
 {%- endif %}
-    for (int gl_i = threadIdx.x; gl_i < {{ tk_d }}; gl_i += {{ threads }}) {
-      const long long {{ key }} = gl_k0 + gl_i / {{ d }};
-      const long long {{ t }} = gl_i % {{ d }};
+    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ d_cols }}; gl_i += {{ threads }}) {
+      const long long {{ key }} = gl_k0 + gl_i / {{ d_cols }};
+      const long long {{ t }} = gl_i % {{ d_cols }};
 {%- if paged %}
-      const long long {{ cache_block }} = gl_kblock[gl_i / {{ d }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+      const long long {{ cache_block }} = gl_kblock[gl_i / {{ d_cols }}], {{ cache_row }} = {{ key }} % {{ block_size }};
 {%- endif %}
-      gl_k[gl_i / {{ d }}][gl_i % {{ d }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ k }}, {{ k_index }}) : ({{ acc }})0;
+      gl_k[gl_i / {{ d_cols }}][{{ t }}] = {{ to_stage }}({{ key }} < gl_keys && {{ t }} < {{ d }} ? ({{ acc }})gl_ld({{ k }}, {{ k_index }}) : ({{ acc }})0);
     }
-    for (int gl_i = threadIdx.x; gl_i < {{ tk_dv }}; gl_i += {{ threads }}) {
-      const long long {{ key }} = gl_k0 + gl_i / {{ dv }};
-      const long long {{ c }} = gl_i % {{ dv }};
+    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ dv_cols }}; gl_i += {{ threads }}) {
+      const long long {{ key }} = gl_k0 + gl_i / {{ dv_cols }};
+      const long long {{ c }} = gl_i % {{ dv_cols }};
 {%- if paged %}
-      const long long {{ cache_block }} = gl_kblock[gl_i / {{ dv }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+      const long long {{ cache_block }} = gl_kblock[gl_i / {{ dv_cols }}], {{ cache_row }} = {{ key }} % {{ block_size }};
 {%- endif %}
-      gl_v[gl_i / {{ dv }}][gl_i % {{ dv }}] = {{ key }} < gl_keys ? ({{ acc }})gl_ld({{ v }}, {{ v_index }}) : ({{ acc }})0;
+      gl_v[gl_i / {{ dv_cols }}][{{ c }}] = {{ to_stage }}({{ key }} < gl_keys && {{ c }} < {{ dv }} ? ({{ acc }})gl_ld({{ v }}, {{ v_index }}) : ({{ acc }})0);
     }
     __syncthreads();
+{%- if mma %}
+    // The products of the tile on the tensor cores, warp gl_warp's 8 keys for the 16 rows.
+    {
+      float gl_s4[4] = {0, 0, 0, 0};
+      const int gl_j = 8 * gl_warp + gl_g;
+#pragma unroll
+      for (int gl_t = 0; gl_t < {{ d_cols }}; gl_t += 16) {
+        const unsigned gl_a[4] = {gl_word(&gl_q[gl_g][gl_t + gl_c2]), gl_word(&gl_q[gl_g + 8][gl_t + gl_c2]),
+                                  gl_word(&gl_q[gl_g][gl_t + gl_c2 + 8]), gl_word(&gl_q[gl_g + 8][gl_t + gl_c2 + 8])};
+        const unsigned gl_b[2] = {gl_word(&gl_k[gl_j][gl_t + gl_c2]), gl_word(&gl_k[gl_j][gl_t + gl_c2 + 8])};
+        gl_mma(gl_s4, gl_a, gl_b, {{ elem }}());
+      }
+      gl_p[gl_g][8 * gl_warp + gl_c2] = gl_s4[0];
+      gl_p[gl_g][8 * gl_warp + gl_c2 + 1] = gl_s4[1];
+      gl_p[gl_g + 8][8 * gl_warp + gl_c2] = gl_s4[2];
+      gl_p[gl_g + 8][8 * gl_warp + gl_c2 + 1] = gl_s4[3];
+    }
+    __syncthreads();
+{%- endif %}
     // Scores: key gl_j of the tile for rows threadIdx.x / {{ tk }} + {{ rows_per_pass }}·i.
     for (int gl_r = threadIdx.x / {{ tk }}; gl_r < {{ br }}; gl_r += {{ rows_per_pass }}) {
       const int gl_j = threadIdx.x % {{ tk }};
@@ -147,10 +181,14 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       if (gl_row < gl_rows && {{ key }} < gl_keys) {
         const long long {{ pos }} = gl_first + gl_row / gl_group;
         const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
+{%- if mma %}
+        gl_s = gl_p[gl_r][gl_j] * {{ scale }};
+{%- else %}
         {{ acc }} gl_dot = 0;
 #pragma unroll 8
         for (int gl_t = 0; gl_t < {{ d }}; ++gl_t) gl_dot += gl_q[gl_r][gl_t] * gl_k[gl_j][gl_t];
         gl_s = gl_dot;
+{%- endif %}
 {%- if mask == "bool" %}
         if (!gl_ld({{ m }}, {{ m_index }})) gl_s = gl_ninf;
 {%- elif mask == "add" %}
@@ -189,6 +227,38 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
       }
     }
     __syncthreads();
+{%- if mma %}
+    {
+      // The tile's probabilities as A fragments (two parts each), for both halves of the keys.
+      unsigned gl_hi[{{ tk }} / 16][4], gl_lo[{{ tk }} / 16][4];
+#pragma unroll
+      for (int gl_s = 0; gl_s < {{ tk }} / 16; ++gl_s)
+#pragma unroll
+        for (int gl_w = 0; gl_w < 4; ++gl_w) {
+          const int gl_r = gl_g + 8 * (gl_w % 2), gl_j = 16 * gl_s + gl_c2 + 8 * (gl_w / 2);
+          gl_split_pair<{{ elem }}>(gl_p[gl_r][gl_j], gl_p[gl_r][gl_j + 1], gl_hi[gl_s][gl_w], gl_lo[gl_s][gl_w]);
+        }
+      const float gl_shrink_g = gl_shrink[gl_g], gl_shrink_g8 = gl_shrink[gl_g + 8];
+#pragma unroll
+      for (int gl_n = 0; gl_n < {{ o_rows }}; ++gl_n) {
+        const int gl_col = 8 * (gl_warp + {{ warps }} * gl_n) + gl_g;
+        // (continue, not break: an early exit from the unrolled loop made ptxas spill)
+        if (gl_col - gl_g >= {{ dv_cols }}) continue;
+        gl_o[gl_n][0] *= gl_shrink_g;
+        gl_o[gl_n][1] *= gl_shrink_g;
+        gl_o[gl_n][2] *= gl_shrink_g8;
+        gl_o[gl_n][3] *= gl_shrink_g8;
+#pragma unroll
+        for (int gl_s = 0; gl_s < {{ tk }} / 16; ++gl_s) {
+          const int gl_j = 16 * gl_s + gl_c2;
+          const unsigned gl_b[2] = {gl_pair(gl_v[gl_j][gl_col], gl_v[gl_j + 1][gl_col]),
+                                    gl_pair(gl_v[gl_j + 8][gl_col], gl_v[gl_j + 9][gl_col])};
+          gl_mma(gl_o[gl_n], gl_hi[gl_s], gl_b, {{ elem }}());
+          gl_mma(gl_o[gl_n], gl_lo[gl_s], gl_b, {{ elem }}());
+        }
+      }
+    }
+{%- else %}
 #pragma unroll
     for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i) {
       const int gl_r = gl_warp + {{ warps }} * gl_i;
@@ -204,42 +274,44 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
         }
       }
     }
+{%- endif %}
   }
   // The statistics were last written before a barrier (or before none: wait for them).
   __syncthreads();
-#pragma unroll
-  for (int gl_i = 0; gl_i < {{ rpt }}; ++gl_i) {
-    const int gl_r = gl_warp + {{ warps }} * gl_i;
-    const long long gl_row = gl_row0 + gl_r;
-    if (gl_row >= gl_rows) continue;
 {%- if split %}
-    // Partials of row gl_row of this block's tile, share gl_split: {{ dv }} outputs, the maximum,
-    // the sum.
+  // The partials of this block's tile, share gl_split, a row after another: {{ dv }} outputs, the
+  // maximum, the sum.
 {%- if paged %}
-    const long long gl_part_row = ((gl_split * gl_slots + gl_slot) * gl_kv_heads + {{ kh }}) * {{ br }} + gl_r;
+  const long long gl_part_row = ((gl_split * gl_slots + gl_slot) * gl_kv_heads + {{ kh }}) * {{ br }};
 {%- else %}
-    const long long gl_part_row = (gl_split * ({{ batch }}) + {{ b }}) * gl_kv_heads * gl_rows + {{ kh }} * gl_rows + gl_row;
+  const long long gl_part_row = (gl_split * ({{ batch }}) + {{ b }}) * gl_kv_heads * gl_rows + {{ kh }} * gl_rows + gl_row0;
 {%- endif %}
-    {{ acc }}* gl_part = reinterpret_cast<{{ acc }}*>(gl_work_bytes) + gl_part_row * {{ dv_2 }};
-#pragma unroll
-    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
-      const int gl_col = gl_lane + 32 * gl_m;
-      if (gl_col < {{ dv }}) gl_part[gl_col] = gl_o[gl_i][gl_m];
-    }
-    if (gl_lane == 0) {
-      gl_part[{{ dv }}] = gl_top[gl_r];
-      gl_part[{{ dv_1 }}] = gl_sum[gl_r];
-    }
-{%- else %}
-    const long long {{ pos }} = gl_first + gl_row / gl_group;
-    const long long {{ h }} = {{ kh }} * gl_group + gl_row % gl_group;
-    // A row with no visible key is 0, as in PyTorch.
-    const {{ acc }} gl_inv = gl_sum[gl_r] != 0 ? ({{ acc }})1 / gl_sum[gl_r] : ({{ acc }})0;
-#pragma unroll
-    for (int gl_m = 0; gl_m < {{ cpt }}; ++gl_m) {
-      const long long {{ c }} = gl_lane + 32 * gl_m;
-      if ({{ c }} < {{ dv }}) gl_st({{ out }}, {{ out_index }}, gl_o[gl_i][gl_m] * gl_inv);
-    }
-{%- endif %}
+  {{ acc }}* const gl_part = reinterpret_cast<{{ acc }}*>(gl_work_bytes) + gl_part_row * {{ dv_2 }};
+  if (threadIdx.x < {{ br }} && gl_row0 + threadIdx.x < gl_rows) {
+    gl_part[threadIdx.x * {{ dv_2 }} + {{ dv }}] = gl_top[threadIdx.x];
+    gl_part[threadIdx.x * {{ dv_2 }} + {{ dv_1 }}] = gl_sum[threadIdx.x];
   }
+{%- endif %}
+#pragma unroll
+  for (int gl_i = 0; gl_i < {{ o_rows }}; ++gl_i)
+#pragma unroll
+    for (int gl_m = 0; gl_m < {{ o_cols }}; ++gl_m) {
+      // gl_o[gl_i][gl_m] is column gl_col of row gl_r of the tile.
+{%- if mma %}
+      const int gl_r = gl_g + 8 * (gl_m / 2), gl_col = 8 * (gl_warp + {{ warps }} * gl_i) + gl_c2 + gl_m % 2;
+{%- else %}
+      const int gl_r = gl_warp + {{ warps }} * gl_i, gl_col = gl_lane + 32 * gl_m;
+{%- endif %}
+      if (gl_row0 + gl_r >= gl_rows || gl_col >= {{ dv }}) continue;
+{%- if split %}
+      gl_part[gl_r * {{ dv_2 }} + gl_col] = gl_o[gl_i][gl_m];
+{%- else %}
+      const long long {{ pos }} = gl_first + (gl_row0 + gl_r) / gl_group;
+      const long long {{ h }} = {{ kh }} * gl_group + (gl_row0 + gl_r) % gl_group;
+      const long long {{ c }} = gl_col;
+      // A row with no visible key is 0, as in PyTorch.
+      const {{ acc }} gl_inv = gl_sum[gl_r] != 0 ? ({{ acc }})1 / gl_sum[gl_r] : ({{ acc }})0;
+      gl_st({{ out }}, {{ out_index }}, gl_o[gl_i][gl_m] * gl_inv);
+{%- endif %}
+    }
 }

@@ -512,7 +512,8 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
         return;
     }
     let mut relaxed = false;
-    // Head dims 64/80/96/128 (16 × 32 tiles), 200/256 (8 × 16), f64 (8 × 16); causal, masks.
+    // Head dims 64/80/96/128 (16 × 32 tiles; f16/bf16 to 256 on the tensor cores), f32 at 200/256
+    // (8 × 16), f64 (8 × 16); causal, masks.
     for (dtype, d, dv, causal, mask) in [
         ("f32", 64, 64, true, ""),
         ("bf16", 128, 128, true, "bool"),
@@ -522,6 +523,7 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
         ("f32", 256, 200, false, "bool"),
         ("f64", 64, 64, true, "f64"),
         ("f64", 40, 24, false, ""),
+        ("f64", 96, 96, true, "f64"),
     ] {
         let (mask_input, mask_arg) = match mask {
             "" => (String::new(), ""),
@@ -566,9 +568,10 @@ fn attention_functions_compile_for_sm90_in_each_tile_form() {
             "{what}"
         );
         relaxed |= is_relaxed;
+        assert_tensor_cores(&what, dtype, &built.units);
     }
-    // At NVRTC 13.0 the f64 split function at head dims 40/24 spills 12 bytes at ptxas's own
-    // register target and none with the registers of one block.
+    // At NVRTC 13.0 the f64 functions at head dim 96 with an f64 mask spill at ptxas's own
+    // register target and not with the registers of one block.
     assert!(relaxed, "no attention function needed the fallback");
 }
 
@@ -627,7 +630,62 @@ fn paged_attention_functions_compile_for_sm90_in_each_tile_form() {
                 assert_eq!(k.spill_bytes, 0, "{what}: {} spills", k.name);
             }
         }
+        assert_tensor_cores(&what, dtype, &built.units);
     }
+}
+
+/// The SASS of every attention function with products (tiled, split; not the merge) in `units`:
+/// tensor-core instructions (HMMA) for f16 and bf16, none for f32 and f64 — read with the pinned
+/// toolchain's `cuobjdump` (reported skipped without it, unless .tools/env is in force).
+fn assert_tensor_cores<T>(
+    what: &str,
+    dtype: &str,
+    units: &[(guardless_codegen::nvrtc::Compiled, T)],
+) {
+    let dir = std::env::temp_dir().join(format!("guardless_sass_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut seen = 0;
+    for (i, (c, _)) in units.iter().enumerate() {
+        let path = dir.join(format!("{dtype}_{i}.cubin"));
+        std::fs::write(&path, &c.cubin).unwrap();
+        let out = match std::process::Command::new("cuobjdump")
+            .arg("-sass")
+            .arg(&path)
+            .output()
+        {
+            Ok(out) => out,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("GUARDLESS_CUDA_INCLUDE").is_none(),
+                    "cuobjdump of .tools/env: {e}"
+                );
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "\ntest-skipped: cuobjdump: {e}");
+                return;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "{what}: cuobjdump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let sass = String::from_utf8(out.stdout).unwrap();
+        // Each function's SASS follows its "Function : NAME" line.
+        for f in sass.split("Function : ").skip(1) {
+            let name = f.split_whitespace().next().unwrap_or("");
+            if !name.starts_with("attention") || name.ends_with("_merge") {
+                continue;
+            }
+            seen += 1;
+            let hmma = f.lines().filter(|l| l.contains("HMMA.16816.F32")).count();
+            match dtype {
+                "f16" | "bf16" => assert!(hmma > 0, "{what}: {name} has no HMMA.16816.F32"),
+                _ => assert_eq!(hmma, 0, "{what}: {name} uses the tensor cores"),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(seen >= 2, "{what}: {seen} attention functions in the SASS");
 }
 
 /// Names reach generated code only through `text::comment` and `text::identifier`: buffer and

@@ -1,6 +1,7 @@
 //! Fused attention on the device (`codegen::cuda::attention`, `templates/attention.cu`), run on
 //! the CPU emulation of CUDA and compared with the reference: each tile form (16 rows × 32 keys
-//! for head dims up to 128, 8 × 16 up to 256 and for f64) across tile boundaries of rows and keys,
+//! for head dims up to 128, 8 × 16 up to 256 in f32 and for f64, f16/bf16 on the tensor cores at
+//! 16 × 32 with head dims padded to whole fragments) across tile boundaries of rows and keys,
 //! grouped-query heads sharing a block, causal blocks that stop early, boolean and additive masks
 //! (rows with every key hidden are 0), operands read transposed, lengths of 0 — each on the
 //! device, no host step.
@@ -57,7 +58,7 @@ fn few_rows_over_many_keys_split_the_keys_and_merge() {
         ..decode
     };
     let launched_causal = check("split_causal", causal, &[(2, 600)]);
-    // 8 × 16 tiles, bf16, a boolean mask hiding whole rows of some shares.
+    // bf16 on the tensor cores at head dim 256, a boolean mask hiding whole rows of some shares.
     let wide = Form {
         dtype: "bf16",
         heads: 2,
@@ -98,7 +99,21 @@ fn attention_runs_on_the_device_in_each_tile_form() {
         },
         &[(1, 1), (17, 17), (40, 40), (5, 70)],
     );
-    // 8 × 16 tiles: head dims over 128 (and an odd value head dim), and f64.
+    // The tensor cores: bf16 at head dims 256/200, f16 at 40/24 (padded to fragments of 48/24
+    // columns) with grouped query heads over several tiles.
+    let _ = check(
+        "f16_d40",
+        Form {
+            dtype: "f16",
+            heads: 4,
+            kv_heads: 1,
+            d: 40,
+            dv: 24,
+            causal: true,
+            ..BASE
+        },
+        &[(1, 1), (17, 17), (5, 70)],
+    );
     let _ = check(
         "bf16_d256",
         Form {
@@ -111,6 +126,18 @@ fn attention_runs_on_the_device_in_each_tile_form() {
             ..BASE
         },
         &[(1, 1), (9, 20), (3, 40)],
+    );
+    // 8 × 16 tiles: f32 head dims over 128 (an odd value head dim), and f64.
+    let _ = check(
+        "f32_d136",
+        Form {
+            heads: 2,
+            kv_heads: 1,
+            d: 136,
+            dv: 129,
+            ..BASE
+        },
+        &[(3, 20), (9, 17)],
     );
     let _ = check(
         "f64",
@@ -226,7 +253,7 @@ fn paged_attention_runs_on_the_device_for_mixed_batches() {
             "{part}: {launched:?}"
         );
     }
-    // 8 × 16 tiles in bf16 at head dim 256 (a query head per key/value head), and f64.
+    // bf16 on the tensor cores at head dim 256 (a query head per key/value head), and f64.
     let wide = Paged {
         dtype: "bf16",
         heads: 2,

@@ -230,6 +230,38 @@ __device__ __forceinline__ long long gl_attention_splits(long long rows, long lo
   return s < 1 ? 1 : s;
 }
 
+// Tensor cores: one warp's d += a·b by `mma.sync` m16n8k16 (a 16×16 row-major, b 16×8
+// column-major, pairs of bf16/f16 per 32-bit word, f32 accumulators; lane l holds rows l/4 and
+// l/4 + 8, columns 2·(l%4) and the next). The CPU emulation supplies its own.
+#ifndef GUARDLESS_EMULATION
+__device__ __forceinline__ void gl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], __nv_bfloat16) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void gl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], __half) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+// Two elements as one word of a fragment, the first in the low half; the word at `p` (two
+// elements, 4-byte aligned).
+__device__ __forceinline__ unsigned gl_pair(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return __bfloat16_as_ushort(lo) | ((unsigned)__bfloat16_as_ushort(hi) << 16);
+}
+__device__ __forceinline__ unsigned gl_pair(__half lo, __half hi) { return __half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16); }
+template <typename T> __device__ __forceinline__ unsigned gl_word(const T* p) { return *reinterpret_cast<const unsigned*>(p); }
+__device__ __forceinline__ __nv_bfloat16 gl_narrow(float x, __nv_bfloat16) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __half gl_narrow(float x, __half) { return __float2half_rn(x); }
+// f32 values x, y as two pairs of the element type T: the rounded values and what rounding left
+// (hi + lo carries about 16 bits: products against them lose next to nothing).
+template <typename T> __device__ __forceinline__ void gl_split_pair(float x, float y, unsigned& hi, unsigned& lo) {
+  const T xh = gl_narrow(x, T()), yh = gl_narrow(y, T());
+  hi = gl_pair(xh, yh);
+  lo = gl_pair(gl_narrow(x - gl_ld(&xh, 0), T()), gl_narrow(y - gl_ld(&yh, 0), T()));
+}
+
 // pointwise_out_0: out
 // pointwise over 512*n elements; 128 threads × 8 elements, vector 8, int32 indices
 extern "C" __global__ void __launch_bounds__(128) pointwise_out_0_v0(__nv_bfloat16* __restrict__ p_buf1, const __nv_bfloat16* __restrict__ p_x, long long gl_sym_n, long long gl_sym_gl_d5, int* __restrict__ gl_error) {

@@ -3,7 +3,10 @@
 //! query heads of a group share their block and each key and value is read once for them —
 //! with the tile of keys and of values in shared memory, the scores and the online softmax in
 //! shared memory and registers (f32; f64 for f64), the output rescaled as each row's maximum
-//! grows and divided by its sum once. With a causal mask a block stops at its last row's
+//! grows and divided by its sum once. In f16 and bf16 both products run on the tensor cores
+//! (`mma.sync` through `gl_mma` in `templates/common.cuh`, which the CPU emulation replaces):
+//! the scores from the staged queries and keys, the output from the probabilities split in two
+//! parts of the narrow type (rounded value and remainder: no precision lost to it) and the values. With a causal mask a block stops at its last row's
 //! position. Operands are read through their layouts (a transposed view, a broadcast mask).
 //! The head dimensions must be constants of at most 256 (128 for f64): the tiles are sized by
 //! them; any other attention runs on the host.
@@ -27,8 +30,10 @@ pub struct Tile {
 }
 
 /// The tile for head dimensions `d` (queries, keys) and `dv` (values) in `dtype`, or `None`
-/// when the device has no form for them. Shared memory: the rows' queries, a tile of keys
-/// (padded by one column against bank conflicts) and of values, the scores: under 48 KiB.
+/// when the device has no form for them. Shared memory: the rows' queries, a tile of keys and
+/// of values, the scores: under 48 KiB. f16 and bf16 take the tensor-core form (16 × 32 tiles,
+/// operands staged in their own type: [`tensor_cores`]); f32 and f64 are staged in their type,
+/// keys padded by one column against bank conflicts.
 pub fn tile(dtype: DType, d: i64, dv: i64) -> Option<Tile> {
     let widest = d.max(dv);
     if d < 1 || dv < 1 {
@@ -36,10 +41,19 @@ pub fn tile(dtype: DType, d: i64, dv: i64) -> Option<Tile> {
     }
     match dtype {
         DType::F64 if widest <= 128 => Some(Tile { rows: 8, keys: 16 }),
-        DType::F32 | DType::F16 | DType::BF16 if widest <= 128 => Some(Tile { rows: 16, keys: 32 }),
-        DType::F32 | DType::F16 | DType::BF16 if widest <= 256 => Some(Tile { rows: 8, keys: 16 }),
+        DType::F16 | DType::BF16 if widest <= 256 => Some(Tile { rows: 16, keys: 32 }),
+        DType::F32 if widest <= 128 => Some(Tile { rows: 16, keys: 32 }),
+        DType::F32 if widest <= 256 => Some(Tile { rows: 8, keys: 16 }),
         _ => None,
     }
+}
+
+/// Whether attention in `dtype` runs its products on the tensor cores (`mma.sync` m16n8k16 with
+/// f32 accumulators: f16 and bf16). The tile is then 16 rows (a fragment's) × 32 keys (8 for each
+/// of the four warps); head dims are padded with zeros to whole fragments (16 columns of the
+/// queries and keys, 8 of the values).
+pub fn tensor_cores(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
 }
 
 /// Blocks of a launch: one per tile of rows of each key/value head of each batch entry.
@@ -80,8 +94,10 @@ fn insert_constants(
     scale: f64,
     (d, dv): (i64, i64),
     block_size: i64,
-    f64_: bool,
+    dtype: DType,
 ) {
+    let f64_ = dtype == DType::F64;
+    let mma = tensor_cores(dtype);
     let scale = if f64_ {
         format!("{scale:e}")
     } else {
@@ -95,10 +111,6 @@ fn insert_constants(
         ("d", d),
         ("dv", dv),
         ("br_last", t.rows - 1),
-        ("br_d", t.rows * d),
-        ("d_pad", d + 1),
-        ("tk_d", t.keys * d),
-        ("tk_dv", t.keys * dv),
         ("rows_per_pass", THREADS / t.keys),
         ("warps", warps),
         ("rpt", t.rows / warps),
@@ -113,7 +125,57 @@ fn insert_constants(
     ] {
         ctx.insert(key_, &n);
     }
-    ctx.insert("acc", if f64_ { "double" } else { "float" });
+    // The staged operands: whole fragments on the tensor cores (each row 8 elements longer, so a
+    // fragment's 8 rows fall in distinct banks), else the head dims (keys one longer).
+    let (d_cols, dv_cols) = if mma {
+        ((d + 15) / 16 * 16, (dv + 7) / 8 * 8)
+    } else {
+        (d, dv)
+    };
+    let (q_pad, k_pad, v_pad) = if mma {
+        (d_cols + 8, d_cols + 8, dv_cols + 8)
+    } else {
+        (d, d + 1, dv)
+    };
+    // This thread's outputs: fragments of 4 (tensor cores), else rows × columns.
+    let (o_rows, o_cols) = if mma {
+        ((dv_cols / 8 + warps - 1) / warps, 4)
+    } else {
+        (t.rows / warps, (dv + 31) / 32)
+    };
+    for (key_, n) in [
+        ("d_cols", d_cols),
+        ("dv_cols", dv_cols),
+        ("q_pad", q_pad),
+        ("k_pad", k_pad),
+        ("v_pad", v_pad),
+        ("o_rows", o_rows),
+        ("o_cols", o_cols),
+    ] {
+        ctx.insert(key_, &n);
+    }
+    let acc = if f64_ { "double" } else { "float" };
+    let elem = if dtype == DType::F16 {
+        "__half"
+    } else {
+        "__nv_bfloat16"
+    };
+    ctx.insert("mma", &mma);
+    ctx.insert("elem", elem);
+    ctx.insert("stage", if mma { elem } else { acc });
+    ctx.insert(
+        "to_stage",
+        if mma {
+            if dtype == DType::F16 {
+                "__float2half_rn"
+            } else {
+                "__float2bfloat16_rn"
+            }
+        } else {
+            ""
+        },
+    );
+    ctx.insert("acc", acc);
     ctx.insert(
         "ninf",
         if f64_ {
@@ -307,7 +369,7 @@ pub(super) fn render(
     ctx.insert("causal", &spec.causal);
     ctx.insert("paged", &paged_);
     let f64_ = buf.dtype == DType::F64;
-    insert_constants(&mut ctx, t, spec.scale(d), (d, dv), block_size, f64_);
+    insert_constants(&mut ctx, t, spec.scale(d), (d, dv), block_size, buf.dtype);
     let render = |ctx: &tera::Context, template: &str| {
         tera.render(template, ctx)
             .map(|t| t + "\n")
@@ -341,7 +403,10 @@ pub(super) fn render(
         p.env.pool_mut().constant(2 * TARGET_BLOCKS * row_bytes)
     } else {
         let per = p.env.pool_mut().constant(MAX_SPLITS * row_bytes);
-        let heads = p.env.pool_mut().mul(ix.expr("batch")?, ix.expr("kv_heads")?);
+        let heads = p
+            .env
+            .pool_mut()
+            .mul(ix.expr("batch")?, ix.expr("kv_heads")?);
         p.env.pool_mut().mul(per, heads)
     };
     let bytes = p.env.text(bytes);

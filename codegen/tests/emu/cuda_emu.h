@@ -64,6 +64,8 @@ struct GlFiber {
 struct GlWarp {
   GlBarrier bar{32};
   uint64_t slots[32];
+  // Each lane's fragments of a tensor-core product (a: 4 words, b: 2).
+  uint32_t frags[32][6];
 };
 inline thread_local GlBarrier* gl_block_barrier;
 inline thread_local GlWarp* gl_warp;
@@ -161,6 +163,39 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 struct __half { uint16_t x; };
 inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return float(f); }
 inline __half __float2half_rn(float f) { _Float16 h = _Float16(f); __half r; std::memcpy(&r.x, &h, 2); return r; }
+
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+
+// mma.sync m16n8k16 (templates/common.cuh's gl_mma): the warp's fragments exchanged as the
+// hardware distributes them, each lane's four results summed from its accumulators in k order.
+template <class T> inline float gl_mma_half(uint32_t word, int k) {
+  T h;
+  h.x = uint16_t(k % 2 ? word >> 16 : word & 0xffffu);
+  if constexpr (std::is_same_v<T, __half>) return __half2float(h);
+  else return __bfloat162float(h);
+}
+template <class T> void gl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], T) {
+  const int lane = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) gl_warp->frags[lane][i] = a[i];
+  gl_warp->frags[lane][4] = b[0];
+  gl_warp->frags[lane][5] = b[1];
+  gl_warp->bar.arrive_and_wait();
+  const auto& f = gl_warp->frags;
+  float r[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) {
+      const float x = gl_mma_half<T>(f[row % 8 * 4 + k % 8 / 2][row / 8 + 2 * (k / 8)], k);
+      const float y = gl_mma_half<T>(f[col * 4 + k % 8 / 2][4 + k / 8], k);
+      s += x * y;
+    }
+    r[i] = s;
+  }
+  gl_warp->bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) d[i] = r[i];
+}
 
 // WMMA: every lane holds the whole fragment, as floats; mma_sync adds in k order; one lane
 // stores (all hold the same values).
