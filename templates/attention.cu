@@ -136,22 +136,36 @@ extern "C" __global__ void __launch_bounds__({{ threads }}) {{ entry }}({{ param
     }
     __syncthreads();
 {%- endif %}
-    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ d_cols }}; gl_i += {{ threads }}) {
-      const long long {{ key }} = gl_k0 + gl_i / {{ d_cols }};
-      const long long {{ t }} = gl_i % {{ d_cols }};
+{%- for o in staged %}
+{%- if o.vector %}
+    // {{ o.what }} 16 bytes at a time (8 elements of a key's row, contiguous in memory); a word
+    // that is not whole or not aligned goes element by element.
+    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ o.cols }} / 8; gl_i += {{ threads }}) {
+      const int gl_r = gl_i / ({{ o.cols }} / 8);
+      const long long {{ key }} = gl_k0 + gl_r;
+      const long long {{ o.col }} = gl_i % ({{ o.cols }} / 8) * 8;
 {%- if paged %}
-      const long long {{ cache_block }} = gl_kblock[gl_i / {{ d_cols }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+      const long long {{ cache_block }} = gl_kblock[gl_r], {{ cache_row }} = {{ key }} % {{ block_size }};
 {%- endif %}
-      gl_k[gl_i / {{ d_cols }}][{{ t }}] = {{ to_stage }}({{ key }} < gl_keys && {{ t }} < {{ d }} ? ({{ acc }})gl_ld({{ k }}, {{ k_index }}) : ({{ acc }})0);
+      const long long gl_at = {{ key }} < gl_keys ? {{ o.index }} : 0;
+      if ({{ key }} < gl_keys && {{ o.col }} + 8 <= {{ o.dim }} && gl_at % 8 == 0 && reinterpret_cast<unsigned long long>({{ o.ptr }}) % 16 == 0) {
+        *reinterpret_cast<uint4*>(&{{ o.shared }}[gl_r][{{ o.col }}]) = *reinterpret_cast<const uint4*>({{ o.ptr }} + gl_at);
+      } else {
+        for (int gl_e = 0; gl_e < 8; ++gl_e)
+          {{ o.shared }}[gl_r][{{ o.col }} + gl_e] = {{ key }} < gl_keys && {{ o.col }} + gl_e < {{ o.dim }} ? {{ o.ptr }}[gl_at + gl_e] : {{ to_stage }}(0.0f);
+      }
     }
-    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ dv_cols }}; gl_i += {{ threads }}) {
-      const long long {{ key }} = gl_k0 + gl_i / {{ dv_cols }};
-      const long long {{ c }} = gl_i % {{ dv_cols }};
+{%- else %}
+    for (int gl_i = threadIdx.x; gl_i < {{ tk }} * {{ o.cols }}; gl_i += {{ threads }}) {
+      const long long {{ key }} = gl_k0 + gl_i / {{ o.cols }};
+      const long long {{ o.col }} = gl_i % {{ o.cols }};
 {%- if paged %}
-      const long long {{ cache_block }} = gl_kblock[gl_i / {{ dv_cols }}], {{ cache_row }} = {{ key }} % {{ block_size }};
+      const long long {{ cache_block }} = gl_kblock[gl_i / {{ o.cols }}], {{ cache_row }} = {{ key }} % {{ block_size }};
 {%- endif %}
-      gl_v[gl_i / {{ dv_cols }}][{{ c }}] = {{ to_stage }}({{ key }} < gl_keys && {{ c }} < {{ dv }} ? ({{ acc }})gl_ld({{ v }}, {{ v_index }}) : ({{ acc }})0);
+      {{ o.shared }}[gl_i / {{ o.cols }}][{{ o.col }}] = {{ to_stage }}({{ key }} < gl_keys && {{ o.col }} < {{ o.dim }} ? ({{ acc }})gl_ld({{ o.ptr }}, {{ o.index }}) : ({{ acc }})0);
     }
+{%- endif %}
+{%- endfor %}
     __syncthreads();
 {%- if mma %}
     // The products of the tile on the tensor cores, warp gl_warp's 8 keys for the 16 rows.

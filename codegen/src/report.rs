@@ -335,10 +335,21 @@ pub fn report(
                     .map(|e| {
                         let unit = units.get(e.unit).map(|(c, _)| c);
                         match unit.and_then(|c| c.kernels.iter().find(|r| r.name == e.name)) {
-                            Some(r) => format!(
-                                "{}: {} registers, {} bytes spilled, {} bytes shared",
-                                e.name, r.registers, r.spill_bytes, r.shared_bytes
-                            ),
+                            Some(r) => {
+                                let a = unit
+                                    .and_then(|c| ptx_function(&c.ptx, &e.name))
+                                    .map(accesses)
+                                    .unwrap_or_default();
+                                format!(
+                                    "{}: {} registers, {} bytes spilled, {} bytes shared; loads {}; stores {}",
+                                    e.name,
+                                    r.registers,
+                                    r.spill_bytes,
+                                    r.shared_bytes,
+                                    Accesses::text(&a.loads),
+                                    Accesses::text(&a.stores)
+                                )
+                            }
                             None => e.name.clone(),
                         }
                     })

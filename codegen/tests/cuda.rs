@@ -890,6 +890,13 @@ fn the_kernel_report_states_the_facts_of_the_examples() {
                 "{:?}",
                 r.library
             );
+            // bf16 keys and values come in 16-byte words (8 elements), not element by element.
+            let attention = r.library.iter().find(|l| l.contains("attention_")).unwrap();
+            for f in attention.split("attention_").skip(1) {
+                if !f.contains("_merge") {
+                    assert!(f.contains("loads 16 B"), "{f}");
+                }
+            }
         }
         if row_wise.contains(&name.as_str()) {
             assert_eq!(r.kernels.len(), 1, "{name}: one kernel");

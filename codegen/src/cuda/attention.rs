@@ -195,6 +195,82 @@ fn insert_constants(
     );
 }
 
+/// How a tile of keys or values is staged into shared memory (the template's `staged`).
+#[derive(serde::Serialize)]
+struct Staged {
+    /// For the comment: "The keys", "The values".
+    what: &'static str,
+    /// The shared array, its columns (the head dim padded), the head dim.
+    shared: &'static str,
+    cols: i64,
+    dim: i64,
+    /// The column's index variable, the element's index, the pointer.
+    col: String,
+    index: String,
+    ptr: String,
+    /// 16-byte words: on the tensor cores (staged in the operand's own type) with the head dim
+    /// contiguous (its stride the constant 1); alignment is checked per word at run time.
+    vector: bool,
+}
+
+/// The keys' and the values' staging of attention step `ix`.
+fn staged_operands(
+    p: &Program,
+    ix: &Indexing,
+    exprs_c: &[(&str, String)],
+    pointers: &[String],
+    dtype: DType,
+    (d, dv): (i64, i64),
+) -> [Staged; 2] {
+    let mma = tensor_cores(dtype);
+    let pointer = |key_: &str| {
+        let b = ix.pointers.iter().find(|x| x.0 == key_).expect("operand").1;
+        (pointers[b.index()].clone(), b)
+    };
+    let c_expr = |key_: &str| {
+        exprs_c
+            .iter()
+            .find(|e| e.0 == key_)
+            .expect("index")
+            .1
+            .clone()
+    };
+    let var = |key_: &str| {
+        let e = ix.vars.iter().find(|v| v.0 == key_).expect("variable").1;
+        cuda_symbol(&p.env.text(e))
+    };
+    let contiguous = |b: BufferId| {
+        let l = &p.buffers[b.index()].layout;
+        l.strides
+            .last()
+            .is_some_and(|&s| p.env.pool().as_const(s) == Some(1))
+    };
+    let round = |n: i64, m: i64| if mma { (n + m - 1) / m * m } else { n };
+    let ((k, kb), (v, vb)) = (pointer("k"), pointer("v"));
+    [
+        Staged {
+            what: "The keys",
+            shared: "gl_k",
+            cols: round(d, 16),
+            dim: d,
+            col: var("t"),
+            index: c_expr("k_index"),
+            ptr: k,
+            vector: mma && contiguous(kb),
+        },
+        Staged {
+            what: "The values",
+            shared: "gl_v",
+            cols: round(dv, 8),
+            dim: dv,
+            col: var("c"),
+            index: c_expr("v_index"),
+            ptr: v,
+            vector: mma && contiguous(vb),
+        },
+    ]
+}
+
 /// The ordinary form: `q [B, Hq, Lq, D]`, `k [B, Hkv, Lk, D]`, `v [B, Hkv, Lk, Dv]`, an
 /// optional mask `[B, Hq, Lq, Lk]`.
 fn dense(p: &mut Program, id: BufferId, inputs: &[BufferId]) -> Indexing {
@@ -370,6 +446,8 @@ pub(super) fn render(
     ctx.insert("paged", &paged_);
     let f64_ = buf.dtype == DType::F64;
     insert_constants(&mut ctx, t, spec.scale(d), (d, dv), block_size, buf.dtype);
+    let staged = staged_operands(p, &ix, &exprs_c, pointers, buf.dtype, (d, dv));
+    ctx.insert("staged", &staged);
     let render = |ctx: &tera::Context, template: &str| {
         tera.render(template, ctx)
             .map(|t| t + "\n")
