@@ -6,7 +6,7 @@
 mod differential;
 mod examples;
 
-use differential::{differential_with, Runner};
+use differential::{differential_with, with_input_sizes, Runner};
 use examples::{example, example_names, with_hint};
 use guardless_codegen::schedule::{schedule, Role, Step};
 use guardless_ir::graph::Graph;
@@ -93,15 +93,18 @@ fn scheduled_examples_match_the_reference(form: &str) {
         let range = g.env.symbol_range(g.env.symbol_id("n").unwrap());
         // 0, 1, 2, primes, and (but for attention, quadratic in the interpreter) one far from
         // the hint.
-        let far = if name.contains("decoder") { 61 } else { 257 };
+        let far = if name.contains("decode") { 61 } else { 257 };
         for (s, v) in [0i64, 1, 2, 3, 7, 13, far]
             .into_iter()
             .enumerate()
             .filter(|(_, v)| range.contains(*v))
         {
+            // Any other size of an input (the sequences of a paged batch) at 2.
+            let values = with_input_sizes(&g, &[("n", v)], 2);
+            let values: Vec<(&str, i64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
             assert!(
-                differential_with(&what, &g, &[("n", v)], s as u64, false, (0, 4), runner),
-                "{what} at n = {v}: refused"
+                differential_with(&what, &g, &values, s as u64, false, (0, 4), runner),
+                "{what} at {values:?}: refused"
             );
         }
     }
