@@ -13,16 +13,16 @@ use differential::attention::{
     graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED,
 };
 use differential::*;
+use guardless_ir::graph::Graph;
 use guardless_ir::loop_ir::{BufferKind, ExternKernel};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 
-/// Compiles `f` once and compares it with the reference at each (query, key) length pair.
-fn check(f: Form, lengths: &[(i64, i64)]) {
-    let g = graph(f);
-    let program = lower(&g).unwrap_or_else(|e| panic!("{f:?}: {e}"));
-    // One attention step over the operands' storage: nothing computed before it.
+/// `g` compiled for the CPU, asserting its program is the one library step `step` (nothing
+/// computed around it), with the options the comparisons run under (poisoned memory, 2 threads).
+fn compiled_alone(g: &Graph, step: &str, what: &str) -> (CpuProgram, RunOptions) {
+    let program = lower(g).unwrap_or_else(|e| panic!("{what}: {e}"));
     let steps: Vec<&str> = program
         .buffers
         .iter()
@@ -32,12 +32,20 @@ fn check(f: Form, lengths: &[(i64, i64)]) {
             _ => None,
         })
         .collect();
-    assert_eq!(steps, ["attention"], "{f:?}: {}", program.to_text());
-    let cpu = CpuProgram::compile(program).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+    assert_eq!(steps, [step], "{what}: {}", program.to_text());
+    let cpu = CpuProgram::compile(program).unwrap_or_else(|e| panic!("{what}: {e}"));
     let options = RunOptions {
         poison: true,
         threads: 2,
     };
+    (cpu, options)
+}
+
+/// Compiles `f` once and compares it with the reference at each (query, key) length pair.
+fn check(f: Form, lengths: &[(i64, i64)]) {
+    let g = graph(f);
+    // One attention step over the operands' storage: nothing computed before it.
+    let (cpu, options) = compiled_alone(&g, "attention", &format!("{f:?}"));
     for (s, &(u0, u1)) in lengths.iter().enumerate() {
         let what = format!("{f:?}");
         let values = [("u0", u0), ("u1", u1)];
@@ -321,22 +329,7 @@ const BATCHES: &[&[(i64, i64)]] = &[
 /// Compiles the paged graph of `f` once and compares it with the reference on each batch.
 fn check_paged(f: Paged, batches: &[&[(i64, i64)]]) {
     let g = paged_graph(f);
-    let program = lower(&g).unwrap_or_else(|e| panic!("{f:?}: {e}"));
-    let steps: Vec<&str> = program
-        .buffers
-        .iter()
-        .filter_map(|b| match &b.kind {
-            BufferKind::Computed { .. } => Some("computed"),
-            BufferKind::Extern { kernel, .. } => Some(kernel.name()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(steps, ["paged_attention"], "{f:?}: {}", program.to_text());
-    let cpu = CpuProgram::compile(program).unwrap_or_else(|e| panic!("{f:?}: {e}"));
-    let options = RunOptions {
-        poison: true,
-        threads: 2,
-    };
+    let (cpu, options) = compiled_alone(&g, "paged_attention", &format!("{f:?}"));
     for (s, seqs) in batches.iter().enumerate() {
         let what = format!("{f:?} on {seqs:?}");
         let (inputs, values) = paged_inputs(&g, f, seqs, s as u64);

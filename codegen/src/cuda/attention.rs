@@ -56,6 +56,16 @@ pub fn tensor_cores(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16)
 }
 
+/// The staged columns of the queries and keys, and of the values: whole fragments on the tensor
+/// cores (multiples of 16 and 8), else the head dims.
+fn staged_columns(dtype: DType, (d, dv): (i64, i64)) -> (i64, i64) {
+    if tensor_cores(dtype) {
+        ((d + 15) / 16 * 16, (dv + 7) / 8 * 8)
+    } else {
+        (d, dv)
+    }
+}
+
 /// Blocks of a launch: one per tile of rows of each key/value head of each batch entry.
 pub fn blocks(t: Tile, batch: i64, heads: i64, kv_heads: i64, lq: i64) -> i64 {
     if kv_heads <= 0 {
@@ -127,11 +137,7 @@ fn insert_constants(
     }
     // The staged operands: whole fragments on the tensor cores (each row 8 elements longer, so a
     // fragment's 8 rows fall in distinct banks), else the head dims (keys one longer).
-    let (d_cols, dv_cols) = if mma {
-        ((d + 15) / 16 * 16, (dv + 7) / 8 * 8)
-    } else {
-        (d, dv)
-    };
+    let (d_cols, dv_cols) = staged_columns(dtype, (d, dv));
     let (q_pad, k_pad, v_pad) = if mma {
         (d_cols + 8, d_cols + 8, dv_cols + 8)
     } else {
@@ -245,13 +251,13 @@ fn staged_operands(
             .last()
             .is_some_and(|&s| p.env.pool().as_const(s) == Some(1))
     };
-    let round = |n: i64, m: i64| if mma { (n + m - 1) / m * m } else { n };
+    let (d_cols, dv_cols) = staged_columns(dtype, (d, dv));
     let ((k, kb), (v, vb)) = (pointer("k"), pointer("v"));
     [
         Staged {
             what: "The keys",
             shared: "gl_k",
-            cols: round(d, 16),
+            cols: d_cols,
             dim: d,
             col: var("t"),
             index: c_expr("k_index"),
@@ -261,7 +267,7 @@ fn staged_operands(
         Staged {
             what: "The values",
             shared: "gl_v",
-            cols: round(dv, 8),
+            cols: dv_cols,
             dim: dv,
             col: var("c"),
             index: c_expr("v_index"),
