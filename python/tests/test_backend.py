@@ -333,9 +333,11 @@ class BackendTest(unittest.TestCase):
             f(torch.randn(2, 4))
 
     def test_a_second_process_loads_the_native_code_from_the_disk_cache(self):
-        # The same graph in two fresh processes sharing a cache directory: the first compiles
-        # and stores its native code, the second loads it (LLVM does not run) and computes the
-        # same bits; with the cache turned off (an empty GUARDLESS_CACHE_DIR) nothing is stored.
+        # The same graph compiled here with a fresh cache directory (it compiles and stores its
+        # native code), then in a fresh process sharing the directory (it loads it: LLVM does
+        # not run, and it computes the same bits); with the cache turned off (an empty
+        # GUARDLESS_CACHE_DIR) nothing is stored. One child process: each costs torch's import
+        # and Dynamo's first trace (25 s in CI).
         import json
         import subprocess
         import tempfile
@@ -346,31 +348,66 @@ class BackendTest(unittest.TestCase):
             "import guardless\n"
             "torch.manual_seed(0)\n"
             "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()\n"
-            "f = torch.compile(m, backend=guardless.backend, dynamic=True)\n"
+            "f = torch.compile(m, backend=BACKEND, dynamic=True)\n"
             "with torch.no_grad():\n"
             "    y = f(torch.linspace(-2, 2, 40).reshape(5, 8))\n"
             "s = guardless.stats()\n"
             "print(json.dumps({'graphs': s.graphs, 'hits': s.cache_hits, 'out': y.flatten().tolist()}))\n"
         )
         with tempfile.TemporaryDirectory() as d:
-            def run(cache_dir):
+            def here(cache_dir):
+                # A backend of its own (no graphs compiled before) and Dynamo's caches cleared.
+                import contextlib
+                import io
+
+                saved = os.environ.get("GUARDLESS_CACHE_DIR")
+                os.environ["GUARDLESS_CACHE_DIR"] = cache_dir
+                try:
+                    torch._dynamo.reset()
+                    guardless.reset()
+                    out = io.StringIO()
+                    with contextlib.redirect_stdout(out):
+                        exec(script.replace("BACKEND", "guardless.make_backend()"), {})
+                finally:
+                    if saved is None:
+                        del os.environ["GUARDLESS_CACHE_DIR"]
+                    else:
+                        os.environ["GUARDLESS_CACHE_DIR"] = saved
+                    torch._dynamo.reset()
+                return json.loads(out.getvalue().strip().splitlines()[-1])
+
+            def child(cache_dir):
                 env = {**os.environ, "GUARDLESS_CACHE_DIR": cache_dir}
-                r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                                   timeout=600)
+                r = subprocess.run([sys.executable, "-c", script.replace("BACKEND", "guardless.backend")], env=env,
+                                   capture_output=True, text=True, timeout=600)
                 self.assertEqual(r.returncode, 0, r.stderr)
                 return json.loads(r.stdout.strip().splitlines()[-1])
 
-            cold = run(d)
+            cold = here(d)
             self.assertEqual((cold["graphs"], cold["hits"]), (1, 0))
             entries = [n for n in os.listdir(d) if n.endswith(".cpuso")]
             self.assertEqual(len(entries), 1, os.listdir(d))
-            warm = run(d)
+            warm = child(d)
             self.assertEqual((warm["graphs"], warm["hits"]), (1, 1))
             self.assertEqual(warm["out"], cold["out"])
             self.assertEqual(sorted(os.listdir(d)), sorted(entries))
-            off = run("")
+            with tempfile.TemporaryDirectory() as home:
+                # Off: nothing stored in the directory, nor where the cache would be without
+                # the variable.
+                saved = {k: os.environ.get(k) for k in ("HOME", "XDG_CACHE_HOME")}
+                os.environ["HOME"], os.environ["XDG_CACHE_HOME"] = home, home
+                try:
+                    off = here("")
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+                self.assertEqual(os.listdir(home), [])
             self.assertEqual((off["graphs"], off["hits"]), (1, 0))
             self.assertEqual(off["out"], cold["out"])
+            self.assertEqual(sorted(os.listdir(d)), sorted(entries))
 
 
 def _gpu_reason():

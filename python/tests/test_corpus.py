@@ -1,7 +1,10 @@
 """The corpus (corpus.py): eight architectures, each exported with dynamic batch and sequence,
 backed and unbacked, run by guardless on the CPU backend at three sizes other than the example's
 and compared with eager PyTorch (torch.testing.assert_close). No op may be unsupported. Each is
-also compiled with `torch.compile(backend=guardless.backend)`, with zero fallbacks."""
+also compiled with `torch.compile(backend=guardless.backend)` with unbacked batch and sequence
+(the serving path), with zero fallbacks and one graph; Llama also with `dynamic=True` (backed:
+Dynamo's tracing of the corpus's models at backed sizes, which recompiles at batch 1, took half of
+each model's time in CI, and the backed graphs are the exports' — compared above for every model)."""
 
 import os
 import unittest
@@ -15,7 +18,7 @@ class CorpusTest(unittest.TestCase):
         if not os.path.exists(corpus.BIN):
             self.skipTest(f"no guardless CLI at {corpus.BIN} (build it, or set GUARDLESS_BIN)")
 
-    def run_model(self, name):
+    def run_model(self, name, compile_backed=False):
         model = corpus.build(name)
         for kind in ("backed", "unbacked"):
             with self.subTest(kind=kind):
@@ -26,6 +29,8 @@ class CorpusTest(unittest.TestCase):
                 self.assertEqual(syms, {kind}, e.graph["symbols"])
                 err, _ = corpus.compare(model, e, corpus.SIZES[kind])
                 self.assertLess(err, 1e-4)
+            if kind == "backed" and not compile_backed:
+                continue
             with self.subTest(kind=kind, via="torch.compile"):
                 err, graphs, fallbacks, _ = corpus.compile_compare(model, kind, corpus.SIZES[kind])
                 self.assertEqual(fallbacks, [])
@@ -48,7 +53,7 @@ class CorpusTest(unittest.TestCase):
         self.assertIn("start the range of 'n' at 2", message)
 
     def test_llama(self):
-        self.run_model("llama")
+        self.run_model("llama", compile_backed=True)
 
     def test_qwen2(self):
         self.run_model("qwen2")

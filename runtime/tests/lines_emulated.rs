@@ -345,44 +345,43 @@ fn long_sorts_run_by_radix_on_the_device_bit_for_bit() {
     // sort — a block per line at 2520 (three tiles of 1024, the last partial), in every dtype; a
     // block per tile at 4104 (five tiles, the last of 8 elements) — both directions, values and
     // positions, many ties.
+    // Both directions in one graph: one emulation build per dtype (each took seconds).
     for dtype in [
         "f64", "f32", "f16", "bf16", "i64", "i32", "i8", "u8", "bool",
     ] {
-        for (op, args) in [
-            ("sort", r#""dim": -1, "descending": false"#),
-            ("sort", r#""dim": -1, "descending": true"#),
-        ] {
-            let g = Graph::from_json(&format!(
-                r#"{{"format": "guardless-graph", "version": 1, "name": "long_sort",
-                "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
-                "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [2, "n"]}}],
-                "nodes": [{{"name": "s", "op": "aten.{op}.default", "args": {{"self": {{"tensor": "x"}}, {args}}}}}],
-                "outputs": [{{"tensor": "s", "index": 0}}, {{"tensor": "s", "index": 1}}]}}"#
-            ))
-            .unwrap();
-            let exe = Executable::new(lower(&g).unwrap()).unwrap();
-            let mut dev = Emu::new("long_sort", &exe);
-            let d = g.inputs[0].dtype;
-            // Tiles share the keys and the placing with the block form: in a few dtypes, odd
-            // and even pass counts (f16 3, f32 4, i64 8, bool 1).
-            let tiles = ["f16", "f32", "i64", "bool"].contains(&dtype);
-            let forms = [(2520, "_block", 2), (4104, "_tiled", 2 * phases(d))];
-            for (len, part, launches) in forms.into_iter().take(1 + usize::from(tiles)) {
-                // The same values as [2, len] (awkward makes [n, 4, 3]).
-                let x = HostTensor {
-                    shape: vec![2, len],
-                    ..awkward(d, len / 6, 9)
-                };
-                let what = format!("{op} {dtype} {args} of {len}");
-                dev.launched.clear();
-                assert_eq!(
-                    exact(&what, &mut dev, &exe, &g, &x),
-                    0,
-                    "{what}: on the host"
-                );
-                let radix = dev.launched.iter().filter(|f| f.ends_with(part)).count();
-                assert_eq!(radix, launches, "{what}: {:?}", dev.launched);
-            }
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "long_sort",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 0, "max": 100000}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": [2, "n"]}}],
+            "nodes": [{{"name": "a", "op": "aten.sort.default", "args": {{"self": {{"tensor": "x"}}, "dim": -1, "descending": false}}}},
+                      {{"name": "d", "op": "aten.sort.default", "args": {{"self": {{"tensor": "x"}}, "dim": -1, "descending": true}}}}],
+            "outputs": [{{"tensor": "a", "index": 0}}, {{"tensor": "a", "index": 1}},
+                        {{"tensor": "d", "index": 0}}, {{"tensor": "d", "index": 1}}]}}"#
+        ))
+        .unwrap();
+        let exe = Executable::new(lower(&g).unwrap()).unwrap();
+        let mut dev = Emu::new("long_sort", &exe);
+        let d = g.inputs[0].dtype;
+        // Tiles share the keys and the placing with the block form: in a few dtypes, odd
+        // and even pass counts (f16 3, f32 4, i64 8, bool 1).
+        let tiles = ["f16", "f32", "i64", "bool"].contains(&dtype);
+        let forms = [(2520, "_block", 2), (4104, "_tiled", 2 * phases(d))];
+        for (len, part, launches) in forms.into_iter().take(1 + usize::from(tiles)) {
+            // The same values as [2, len] (awkward makes [n, 4, 3]).
+            let x = HostTensor {
+                shape: vec![2, len],
+                ..awkward(d, len / 6, 9)
+            };
+            let what = format!("sort {dtype} both directions of {len}");
+            dev.launched.clear();
+            assert_eq!(
+                exact(&what, &mut dev, &exe, &g, &x),
+                0,
+                "{what}: on the host"
+            );
+            // Each sort's launches.
+            let radix = dev.launched.iter().filter(|f| f.ends_with(part)).count();
+            assert_eq!(radix, 2 * launches, "{what}: {:?}", dev.launched);
         }
     }
     // topk and sort of 12 lines across the middle dimension (an inner stride); the function is

@@ -433,21 +433,12 @@ fn reduce(
     if nr == 0 && init.is_none() {
         return fail("reduction over an empty dimension has no identity");
     }
-    let st = strides(&t.shape);
+    let (kept_at, red_at) = reduction_offsets(&t.shape, dims);
     let mut vals = Vec::with_capacity(nk);
-    for i in 0..nk {
-        let ki = unflatten(i, &kept_shape);
+    for &base in &kept_at {
         let mut acc = init;
-        for j in 0..nr {
-            let ri = unflatten(j, &red_shape);
-            let mut idx = vec![0; rank];
-            for (a, &k) in kept.iter().enumerate() {
-                idx[k] = ki[a];
-            }
-            for (a, &k) in dims.iter().enumerate() {
-                idx[k] = ri[a];
-            }
-            let v = to(out, elem(t, flat(&idx, &st)));
+        for &at in &red_at {
+            let v = to(out, elem(t, base + at));
             acc = Some(match acc {
                 None => v,
                 Some(a) => f(a, v),
@@ -456,6 +447,25 @@ fn reduce(
         vals.push(acc.expect("non-empty or with identity"));
     }
     Ok(build(out, out_shape, vals))
+}
+
+/// The flat offsets (row-major `shape`) of a reduction over `dims`: one per position of the kept
+/// dimensions and one per position of the reduced ones, each in row-major order of its own
+/// dimensions; an element's offset is the sum of the two (a multi-index's offset splits by
+/// dimension).
+fn reduction_offsets(shape: &[usize], dims: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let st = strides(shape);
+    let offsets = |ks: &[usize]| -> Vec<usize> {
+        let sizes: Vec<usize> = ks.iter().map(|&k| shape[k]).collect();
+        (0..sizes.iter().product::<usize>())
+            .map(|i| {
+                let idx = unflatten(i, &sizes);
+                ks.iter().zip(&idx).map(|(&k, &v)| v * st[k]).sum()
+            })
+            .collect()
+    };
+    let kept: Vec<usize> = (0..shape.len()).filter(|k| !dims.contains(k)).collect();
+    (offsets(&kept), offsets(dims))
 }
 
 /// The shape of a reduction over `dims` of `shape`: each reduced dimension kept as 1, or dropped.

@@ -1,8 +1,8 @@
 //! Reductions over dimensions, `argmax`/`max.dim` and softmax, accumulated in f64 or i64.
 
 use super::{
-    build, elem, fail, flat, nan_max, nan_min, out, reduce, reduced_shape, strides, unflatten,
-    wrap, Node, E, R,
+    build, elem, fail, nan_max, nan_min, out, reduce, reduced_shape, reduction_offsets, wrap, Node,
+    E, R,
 };
 use crate::graph::{Arg, DType};
 use crate::tensor::HostTensor;
@@ -100,23 +100,12 @@ pub(super) fn arg_reduce(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     if count == 0 {
         return fail(format!("{name} over an empty dimension"));
     }
-    let kept: Vec<usize> = (0..rank).filter(|k| !dims.contains(k)).collect();
-    let kept_shape: Vec<usize> = kept.iter().map(|&k| x.shape[k]).collect();
-    let st = strides(&x.shape);
+    let (kept_at, red_at) = reduction_offsets(&x.shape, &dims);
     let (mut idxs, mut vals) = (Vec::new(), Vec::new());
-    for i in 0..kept_shape.iter().product::<usize>() {
-        let ki = unflatten(i, &kept_shape);
+    for &base in &kept_at {
         let mut best: Option<(f64, usize)> = None;
-        for j in 0..count {
-            let ri = unflatten(j, &red);
-            let mut idx = vec![0; rank];
-            for (a, &k) in kept.iter().enumerate() {
-                idx[k] = ki[a];
-            }
-            for (a, &k) in dims.iter().enumerate() {
-                idx[k] = ri[a];
-            }
-            let v = elem(&x, flat(&idx, &st)).f();
+        for (j, &at) in red_at.iter().enumerate() {
+            let v = elem(&x, base + at).f();
             best = match best {
                 None => Some((v, j)),
                 Some((b, _))
@@ -156,17 +145,16 @@ pub(super) fn softmax(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     }
     let dims = if rank == 0 { vec![] } else { vec![dim] };
     let m = reduce(&x, &dims, true, DType::F64, None, nan_max)?;
-    let st = strides(&x.shape);
-    let mst = strides(&m.shape);
+    // Element i's position in the reduced tensors (`dim` kept as 1): x is row-major, so the
+    // elements after `dim` (inner) repeat for each of its `len` positions.
+    let (len, inner) = if rank == 0 {
+        (1, 1)
+    } else {
+        (x.shape[dim], x.shape[dim + 1..].iter().product::<usize>())
+    };
+    let reduced_at = |i: usize| (i / (len * inner)) * inner + i % inner;
     let shifted: Vec<f64> = (0..x.numel())
-        .map(|i| {
-            let mut idx = unflatten(i, &x.shape);
-            let v = elem(&x, flat(&idx, &st)).f();
-            if rank > 0 {
-                idx[dim] = 0;
-            }
-            v - elem(&m, flat(&idx, &mst)).f()
-        })
+        .map(|i| elem(&x, i).f() - elem(&m, reduced_at(i)).f())
         .collect();
     let e = build(
         DType::F64,
@@ -178,11 +166,7 @@ pub(super) fn softmax(n: &Node, name: &str) -> R<Vec<HostTensor>> {
     })?;
     let vals = (0..x.numel())
         .map(|i| {
-            let mut idx = unflatten(i, &x.shape);
-            if rank > 0 {
-                idx[dim] = 0;
-            }
-            let total = elem(&s, flat(&idx, &mst)).f();
+            let total = elem(&s, reduced_at(i)).f();
             E::F(if name == "_log_softmax" {
                 shifted[i] - total.ln()
             } else {
