@@ -297,26 +297,37 @@ impl Rows {
 
 unsafe fn item_f32(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f32>) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2_fma() {
         return item_avx2(spec, s, ops, rows, scratch);
     }
-    item::<f32>(spec, s, ops, rows, scratch)
+    item::<f32, false>(spec, s, ops, rows, scratch)
+}
+
+unsafe fn item_f64(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f64>) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        return item_avx2(spec, s, ops, rows, scratch);
+    }
+    item::<f64, false>(spec, s, ops, rows, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// [`item`] compiled for AVX2 with fused multiply-adds (`mul_add` is one instruction here; without
+/// the feature it would be a call).
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn item_avx2(
+unsafe fn item_avx2<T: Real>(
     spec: Attention,
     s: Sizes,
     ops: Operands,
     rows: Rows,
-    scratch: &mut Tiles<f32>,
+    scratch: &mut Tiles<T>,
 ) {
-    item::<f32>(spec, s, ops, rows, scratch)
-}
-
-unsafe fn item_f64(spec: Attention, s: Sizes, ops: Operands, rows: Rows, scratch: &mut Tiles<f64>) {
-    item::<f64>(spec, s, ops, rows, scratch)
+    item::<T, true>(spec, s, ops, rows, scratch)
 }
 
 thread_local! {
@@ -350,9 +361,16 @@ fn refill<T: Copy>(v: &mut Vec<T>, n: usize, x: T) -> &mut [T] {
     v
 }
 
-/// One work item: the online softmax over the key tiles its rows can see.
+/// One work item: the online softmax over the key tiles its rows can see. `FMA`: products are
+/// accumulated by fused multiply-adds.
 #[inline(always)]
-unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &mut Tiles<T>) {
+unsafe fn item<T: Real, const FMA: bool>(
+    spec: Attention,
+    s: Sizes,
+    ops: Operands,
+    r: Rows,
+    t: &mut Tiles<T>,
+) {
     let (d, dv) = (s.d, s.dv);
     let n = r.group * r.tq;
     let head = |row: usize| r.kh * r.group + row / r.tq;
@@ -382,7 +400,7 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
     // call per tile. More rows: tiles through the matrix product.
     let by_row = n <= BY_ROW;
     let (kt_len, vt_len) = match by_row {
-        true => (d, dv),
+        true => (KEYS * d, KEYS * dv),
         false => (
             if k_direct { 0 } else { TILE_K * d },
             if v_direct { 0 } else { TILE_K * dv },
@@ -403,15 +421,29 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
         let (k, v) = (&ops.k, &ops.v);
         // scores[row][j] = q[row] · k[j]
         if by_row {
-            for j in 0..tk {
-                if k0 + j + AHEAD < keys {
-                    let (b, l) = r.key(k0 + j + AHEAD);
-                    prefetch(k, k.at(b, r.kh, l, 0), d);
+            // KEYS keys at a time: each query row is read once for them, and each score is
+            // its own chain of fused multiply-adds.
+            for j in (0..tk).step_by(KEYS) {
+                let m = KEYS.min(tk - j);
+                let mut key: [&[T]; KEYS] = [&[]; KEYS];
+                for (i, buf) in kt.chunks_exact_mut(d).take(m).enumerate() {
+                    if k0 + j + i + AHEAD < keys {
+                        let (b, l) = r.key(k0 + j + i + AHEAD);
+                        prefetch(k, k.at(b, r.kh, l, 0), d);
+                    }
+                    let (b, l) = r.key(k0 + j + i);
+                    key[i] = row_at(k, k.at(b, r.kh, l, 0), buf);
                 }
-                let (b, l) = r.key(k0 + j);
-                let key = row_at(k, k.at(b, r.kh, l, 0), kt);
                 for row in 0..n {
-                    scores[row * TILE_K + j] = dot(&q[row * d..(row + 1) * d], key);
+                    let qr = &q[row * d..(row + 1) * d];
+                    let line = &mut scores[row * TILE_K + j..row * TILE_K + j + m];
+                    if m == KEYS {
+                        line.copy_from_slice(&dot4::<T, FMA>(qr, key));
+                    } else {
+                        for (x, key) in line.iter_mut().zip(key) {
+                            *x = dot::<T, FMA>(qr, key);
+                        }
+                    }
                 }
             }
         } else {
@@ -477,17 +509,31 @@ unsafe fn item<T: Real>(spec: Attention, s: Sizes, ops: Operands, r: Rows, t: &m
         }
         // out[row] += weights[row] · v
         if by_row {
-            for j in 0..tk {
-                if k0 + j + AHEAD < keys {
-                    let (b, l) = r.key(k0 + j + AHEAD);
-                    prefetch(v, v.at(b, r.kh, l, 0), dv);
+            // KEYS value rows at a time: each output row is read and written once for them.
+            for j in (0..tk).step_by(KEYS) {
+                let m = KEYS.min(tk - j);
+                let mut value: [&[T]; KEYS] = [&[]; KEYS];
+                for (i, buf) in vt.chunks_exact_mut(dv).take(m).enumerate() {
+                    if k0 + j + i + AHEAD < keys {
+                        let (b, l) = r.key(k0 + j + i + AHEAD);
+                        prefetch(v, v.at(b, r.kh, l, 0), dv);
+                    }
+                    let (b, l) = r.key(k0 + j + i);
+                    value[i] = row_at(v, v.at(b, r.kh, l, 0), buf);
                 }
-                let (b, l) = r.key(k0 + j);
-                let value = row_at(v, v.at(b, r.kh, l, 0), vt);
                 for row in 0..n {
-                    let w = scores[row * TILE_K + j];
-                    if w != T::ZERO {
-                        add_scaled(&mut out[row * dv..(row + 1) * dv], w, value);
+                    let w = &scores[row * TILE_K + j..row * TILE_K + j + m];
+                    let o = &mut out[row * dv..(row + 1) * dv];
+                    // A weight of 0 (a hidden key) adds nothing, not 0 · a value that may be
+                    // infinite.
+                    if m == KEYS && w.iter().all(|&w| w != T::ZERO) {
+                        add_scaled4::<T, FMA>(o, [w[0], w[1], w[2], w[3]], value);
+                    } else {
+                        for (&w, value) in w.iter().zip(value) {
+                            if w != T::ZERO {
+                                add_scaled::<T, FMA>(o, w, value);
+                            }
+                        }
                     }
                 }
             }
@@ -572,29 +618,80 @@ unsafe fn prefetch(o: &Operand, at: isize, len: usize) {
     let _ = (o, at, len);
 }
 
+/// Keys (and value rows) the row-by-row path takes together.
+const KEYS: usize = 4;
+
+/// `acc + x · y`: fused when `FMA` (the caller is compiled with the instruction).
+#[inline(always)]
+fn madd<T: Real, const FMA: bool>(x: T, y: T, acc: T) -> T {
+    if FMA {
+        x.mul_add(y, acc)
+    } else {
+        acc + x * y
+    }
+}
+
 /// `a · b`, in `LANES` partial sums.
 #[inline(always)]
-fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+fn dot<T: Real, const FMA: bool>(a: &[T], b: &[T]) -> T {
     let mut s = [T::ZERO; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let tail = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .fold(T::ZERO, |acc, (&x, &y)| acc + x * y);
+        .fold(T::ZERO, |acc, (&x, &y)| madd::<T, FMA>(x, y, acc));
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            s[l] += x[l] * y[l];
+            s[l] = madd::<T, FMA>(x[l], y[l], s[l]);
         }
     }
     s.iter().fold(tail, |acc, &x| acc + x)
 }
 
+/// `a · b[k]` for each of the `KEYS` rows `b[k]` (each at least as long as `a`), each in `LANES`
+/// partial sums: `a` is read once for all of them.
+#[inline(always)]
+fn dot4<T: Real, const FMA: bool>(a: &[T], b: [&[T]; KEYS]) -> [T; KEYS] {
+    let b = b.map(|b| &b[..a.len()]);
+    let whole = a.len() / LANES * LANES;
+    let mut s = [[T::ZERO; LANES]; KEYS];
+    for c in (0..whole).step_by(LANES) {
+        let x = &a[c..c + LANES];
+        for (s, b) in s.iter_mut().zip(b) {
+            let y = &b[c..c + LANES];
+            for l in 0..LANES {
+                s[l] = madd::<T, FMA>(x[l], y[l], s[l]);
+            }
+        }
+    }
+    let mut out = [T::ZERO; KEYS];
+    for ((o, s), b) in out.iter_mut().zip(&s).zip(b) {
+        let tail = (whole..a.len()).fold(T::ZERO, |acc, i| madd::<T, FMA>(a[i], b[i], acc));
+        *o = s.iter().fold(tail, |acc, &x| acc + x);
+    }
+    out
+}
+
 /// `y += w · x`.
 #[inline(always)]
-fn add_scaled<T: Real>(y: &mut [T], w: T, x: &[T]) {
+fn add_scaled<T: Real, const FMA: bool>(y: &mut [T], w: T, x: &[T]) {
     for (y, &x) in y.iter_mut().zip(x) {
-        *y += w * x;
+        *y = madd::<T, FMA>(w, x, *y);
+    }
+}
+
+/// `y += w[0] · x[0] + … + w[KEYS-1] · x[KEYS-1]`, added in that order (each `x[k]` at least as
+/// long as `y`): `y` is read and written once.
+#[inline(always)]
+fn add_scaled4<T: Real, const FMA: bool>(y: &mut [T], w: [T; KEYS], x: [&[T]; KEYS]) {
+    let x = x.map(|x| &x[..y.len()]);
+    for (i, y) in y.iter_mut().enumerate() {
+        let mut acc = *y;
+        for k in 0..KEYS {
+            acc = madd::<T, FMA>(w[k], x[k][i], acc);
+        }
+        *y = acc;
     }
 }
 
@@ -649,6 +746,8 @@ pub(crate) trait Real:
     fn of_f32(x: f32) -> Self;
     fn of_f64(x: f64) -> Self;
     fn max(self, other: Self) -> Self;
+    /// `self · a + b`, rounded once.
+    fn mul_add(self, a: Self, b: Self) -> Self;
     /// `e^x`, 0 for -inf.
     fn exp_fast(self) -> Self;
     /// `c = a·b + beta·c` for `a`: m×k, `b`: k×n, `c`: m×n, each `(pointer, row stride,
@@ -685,6 +784,9 @@ impl Real for f32 {
         }
     }
     #[inline(always)]
+    fn mul_add(self, a: f32, b: f32) -> f32 {
+        f32::mul_add(self, a, b)
+    }
     fn exp_fast(self) -> f32 {
         exp_f32(self)
     }
@@ -746,6 +848,9 @@ impl Real for f64 {
         } else {
             self
         }
+    }
+    fn mul_add(self, a: f64, b: f64) -> f64 {
+        f64::mul_add(self, a, b)
     }
     fn exp_fast(self) -> f64 {
         self.exp()

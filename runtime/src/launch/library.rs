@@ -247,7 +247,7 @@ impl<D: Device> Session<'_, D> {
         entry: usize,
         split: Option<(usize, usize)>,
     ) -> Result<(), LaunchError> {
-        use guardless_codegen::cuda::attention::{blocks, splits, tile, MERGE_THREADS, THREADS};
+        use guardless_codegen::cuda::attention::{blocks, splits, tile};
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         let bad = |m| fail(buf, m);
@@ -257,14 +257,27 @@ impl<D: Device> Session<'_, D> {
         let sv = self.sizes(&p.buffers[inputs[2].index()])?;
         let t = tile(buf.dtype, sq[3], sv[3])
             .ok_or_else(|| bad("no device form for these head dimensions".into()))?;
-        if sk[1] <= 0 && sq[1] > 0 || sk[1] > 0 && sq[1] % sk[1] != 0 {
-            return Err(bad(format!(
-                "{} query heads are not a multiple of {} key/value heads",
-                sq[1], sk[1]
-            )));
-        }
+        grouped_heads(sq[1], sk[1]).map_err(bad)?;
         let grid = blocks(t, sq[0], sq[1], sk[1], sq[2]);
         let shares = splits(t, sq[0], sq[1], sk[1], sq[2], sk[2]);
+        self.launch_attention(dev_, id, entry, split, grid, shares)
+    }
+
+    /// Attention's launches once its grid is known: with a split form and more than one share
+    /// of the keys, the split function on every (block, share), then the merge over the output;
+    /// else the one function.
+    fn launch_attention(
+        &mut self,
+        dev_: &mut D,
+        id: BufferId,
+        entry: usize,
+        split: Option<(usize, usize)>,
+        grid: i64,
+        shares: i64,
+    ) -> Result<(), LaunchError> {
+        use guardless_codegen::cuda::attention::{MERGE_THREADS, THREADS};
+        let buf = &self.exe.program.buffers[id.index()];
+        let bad = |m| fail(buf, m);
         match split {
             Some((split, merge)) if shares > 1 => {
                 self.launch(dev_, split, grid.saturating_mul(shares), THREADS, &bad)?;
@@ -287,9 +300,7 @@ impl<D: Device> Session<'_, D> {
         entry: usize,
         split: Option<(usize, usize)>,
     ) -> Result<(), LaunchError> {
-        use guardless_codegen::cuda::attention::{
-            paged_blocks, paged_splits, tile, MERGE_THREADS, THREADS,
-        };
+        use guardless_codegen::cuda::attention::{paged_blocks, paged_splits, tile};
         let p = &self.exe.program;
         let buf = &p.buffers[id.index()];
         let bad = |m| fail(buf, m);
@@ -301,11 +312,7 @@ impl<D: Device> Session<'_, D> {
         let t = tile(buf.dtype, sq[2], sv[3])
             .ok_or_else(|| bad("no device form for these head dimensions".into()))?;
         let (heads, kv_heads) = (sq[1], sk[2]);
-        if kv_heads <= 0 && heads > 0 || kv_heads > 0 && heads % kv_heads != 0 {
-            return Err(bad(format!(
-                "{heads} query heads are not a multiple of {kv_heads} key/value heads"
-            )));
-        }
+        grouped_heads(heads, kv_heads).map_err(bad)?;
         let grid = paged_blocks(t, sq[0], table[0], heads, kv_heads);
         if grid == 0 {
             // No sequence: then there is no query token either.
@@ -315,15 +322,7 @@ impl<D: Device> Session<'_, D> {
             return Ok(());
         }
         let shares = paged_splits(grid, table[1].saturating_mul(sk[1]));
-        match split {
-            Some((split, merge)) if shares > 1 => {
-                self.launch(dev_, split, grid.saturating_mul(shares), THREADS, &bad)?;
-                let outputs: i64 = self.sizes(buf)?.iter().product();
-                let merged = (outputs + MERGE_THREADS - 1) / MERGE_THREADS;
-                self.launch(dev_, merge, merged, MERGE_THREADS, &bad)
-            }
-            _ => self.launch(dev_, entry, grid, THREADS, &bad),
-        }
+        self.launch_attention(dev_, id, entry, split, grid, shares)
     }
 
     /// A scan or a sort on the device: a thread per line, or a block per line (`block`) — a scan
@@ -470,4 +469,15 @@ impl<D: Device> Session<'_, D> {
         dev(dev_.gemm(&g))?;
         Ok(true)
     }
+}
+
+/// Grouped-query attention's head counts: the query heads a whole multiple of the key/value
+/// heads (none of either is fine; query heads without key/value heads are not).
+fn grouped_heads(heads: i64, kv_heads: i64) -> Result<(), String> {
+    if kv_heads <= 0 && heads > 0 || kv_heads > 0 && heads % kv_heads != 0 {
+        return Err(format!(
+            "{heads} query heads are not a multiple of {kv_heads} key/value heads"
+        ));
+    }
+    Ok(())
 }
