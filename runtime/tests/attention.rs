@@ -87,6 +87,10 @@ fn attention_with_grouped_heads_and_other_head_dims_matches_the_reference() {
         (4, 4, 256, 256),
         (8, 8, 5, 3),
         (8, 4, 96, 40),
+        // Empty head dims: every key weighs the same (PyTorch's result: 1/√0 scales an empty
+        // product); no value elements.
+        (4, 2, 0, 8),
+        (4, 4, 8, 0),
     ] {
         let f = Form {
             heads,

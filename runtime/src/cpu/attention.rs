@@ -378,7 +378,8 @@ unsafe fn item<T: Real, const FMA: bool>(
     let scale = T::of_f64(spec.scale(d as i64));
     // The rows' queries, scaled.
     let q = refill(&mut t.q, n * d, T::ZERO);
-    for (row, line) in q.chunks_exact_mut(d).enumerate() {
+    // (A head dim of 0 has no query elements: every score is 0.)
+    for (row, line) in q.chunks_exact_mut(d.max(1)).enumerate() {
         ops.q.row(
             ops.q.at(r.b, head(row), pos(row), 0),
             ops.q.strides[3],
@@ -426,7 +427,7 @@ unsafe fn item<T: Real, const FMA: bool>(
             for j in (0..tk).step_by(KEYS) {
                 let m = KEYS.min(tk - j);
                 let mut key: [&[T]; KEYS] = [&[]; KEYS];
-                for (i, buf) in kt.chunks_exact_mut(d).take(m).enumerate() {
+                for (i, buf) in kt.chunks_exact_mut(d.max(1)).take(m).enumerate() {
                     if k0 + j + i + AHEAD < keys {
                         let (b, l) = r.key(k0 + j + i + AHEAD);
                         prefetch(k, k.at(b, r.kh, l, 0), d);
@@ -513,7 +514,7 @@ unsafe fn item<T: Real, const FMA: bool>(
             for j in (0..tk).step_by(KEYS) {
                 let m = KEYS.min(tk - j);
                 let mut value: [&[T]; KEYS] = [&[]; KEYS];
-                for (i, buf) in vt.chunks_exact_mut(dv).take(m).enumerate() {
+                for (i, buf) in vt.chunks_exact_mut(dv.max(1)).take(m).enumerate() {
                     if k0 + j + i + AHEAD < keys {
                         let (b, l) = r.key(k0 + j + i + AHEAD);
                         prefetch(v, v.at(b, r.kh, l, 0), dv);

@@ -65,7 +65,7 @@ pub(super) fn sdpa(n: &Node, mask_arg: &str, outputs: usize) -> R<Vec<HostTensor
                                 * elem(&k, flat(&[bi, kh, j, t], &ks)).f()
                         })
                         .sum();
-                    let mut x = dot * scale;
+                    let mut x = scaled_score(dot, scale, e);
                     if causal && j > i {
                         x = f64::NEG_INFINITY;
                     }
@@ -178,7 +178,7 @@ pub(super) fn paged_attention(n: &Node) -> R<Vec<HostTensor>> {
                                     * elem(&k, flat(&[r / bs, r % bs, kh, e], &ks)).f()
                             })
                             .sum();
-                        dot * scale
+                        scaled_score(dot, scale, d)
                     })
                     .collect();
                 let mut row = Vec::with_capacity(dv);
@@ -251,4 +251,15 @@ pub(super) fn matmul(n: &Node, name: &str) -> R<Vec<HostTensor>> {
             E::F(beta.f() * v[0].f() + alpha.f() * v[1].f())
         })
     })?)
+}
+
+/// A query–key dot product over a head dim of `head_dim`, scaled. PyTorch scales the query and
+/// the key by √scale before their product, so an empty head dim scores 0 whatever the scale (1/√0
+/// is infinite; 0 · ∞ would be NaN): every key weighs the same, as in PyTorch.
+fn scaled_score(dot: f64, scale: f64, head_dim: usize) -> f64 {
+    if head_dim == 0 {
+        0.0
+    } else {
+        dot * scale
+    }
 }
