@@ -282,6 +282,32 @@ impl Rows {
         (pos as isize + self.shift + 1).clamp(0, self.lk as isize) as usize
     }
 
+    /// Rows `j0..j0 + m` (`m ≤ KEYS`) of the key or value operand `o` at this item's head, each
+    /// `buf.len() / KEYS` elements: in place, or widened into `buf`'s parts (see [`row_at`]).
+    /// The rows `AHEAD` keys further on (below `keys`) are prefetched.
+    #[inline(always)]
+    unsafe fn rows_at<'a, T: Real>(
+        &self,
+        o: &Operand,
+        j0: usize,
+        m: usize,
+        keys: usize,
+        buf: &'a mut [T],
+    ) -> [&'a [T]; KEYS] {
+        let len = buf.len() / KEYS;
+        let mut rows: [&[T]; KEYS] = [&[]; KEYS];
+        // (A head dim of 0 has no elements: empty rows.)
+        for (i, part) in buf.chunks_exact_mut(len.max(1)).take(m).enumerate() {
+            if j0 + i + AHEAD < keys {
+                let (b, l) = self.key(j0 + i + AHEAD);
+                prefetch(o, o.at(b, self.kh, l, 0), len);
+            }
+            let (b, l) = self.key(j0 + i);
+            rows[i] = row_at(o, o.at(b, self.kh, l, 0), part);
+        }
+        rows
+    }
+
     /// The (batch entry, position) of key `j` in the key and value operands.
     #[inline(always)]
     unsafe fn key(&self, j: usize) -> (usize, usize) {
@@ -426,15 +452,7 @@ unsafe fn item<T: Real, const FMA: bool>(
             // its own chain of fused multiply-adds.
             for j in (0..tk).step_by(KEYS) {
                 let m = KEYS.min(tk - j);
-                let mut key: [&[T]; KEYS] = [&[]; KEYS];
-                for (i, buf) in kt.chunks_exact_mut(d.max(1)).take(m).enumerate() {
-                    if k0 + j + i + AHEAD < keys {
-                        let (b, l) = r.key(k0 + j + i + AHEAD);
-                        prefetch(k, k.at(b, r.kh, l, 0), d);
-                    }
-                    let (b, l) = r.key(k0 + j + i);
-                    key[i] = row_at(k, k.at(b, r.kh, l, 0), buf);
-                }
+                let key = r.rows_at(k, k0 + j, m, keys, kt);
                 for row in 0..n {
                     let qr = &q[row * d..(row + 1) * d];
                     let line = &mut scores[row * TILE_K + j..row * TILE_K + j + m];
@@ -513,15 +531,7 @@ unsafe fn item<T: Real, const FMA: bool>(
             // KEYS value rows at a time: each output row is read and written once for them.
             for j in (0..tk).step_by(KEYS) {
                 let m = KEYS.min(tk - j);
-                let mut value: [&[T]; KEYS] = [&[]; KEYS];
-                for (i, buf) in vt.chunks_exact_mut(dv.max(1)).take(m).enumerate() {
-                    if k0 + j + i + AHEAD < keys {
-                        let (b, l) = r.key(k0 + j + i + AHEAD);
-                        prefetch(v, v.at(b, r.kh, l, 0), dv);
-                    }
-                    let (b, l) = r.key(k0 + j + i);
-                    value[i] = row_at(v, v.at(b, r.kh, l, 0), buf);
-                }
+                let value = r.rows_at(v, k0 + j, m, keys, vt);
                 for row in 0..n {
                     let w = &scores[row * TILE_K + j..row * TILE_K + j + m];
                     let o = &mut out[row * dv..(row + 1) * dv];
