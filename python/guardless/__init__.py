@@ -17,6 +17,8 @@ __all__ = list(_MODULE_OF)
 
 
 def __getattr__(name: str):
+    if name == "hf":  # transformers' continuous batching (guardless.hf), imported on first use
+        return importlib.import_module(".hf", __name__)
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'guardless' has no attribute '{name}'")

@@ -345,13 +345,27 @@ def _fallback(name: str, reason: str) -> None:
     warnings.warn(f"guardless: {name} runs eagerly: {reason}", stacklevel=3)
 
 
+# torch.compile's modes (None: not given).
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def make_backend(fallback: bool = True):
     """A `torch.compile` backend. With `fallback=False` a graph guardless cannot take is an error
     instead of a counted fallback to eager. `.compiled` lists what it compiled."""
 
-    def backend(gm: torch.fx.GraphModule, example_inputs):
+    def backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
+                options: dict | None = None, name: str | None = None):
+        # `torch.compile(..., mode=, options=)` hands its mode and options to the backend (as
+        # engines' compile configurations do: Hugging Face's CompileConfig says
+        # mode="reduce-overhead"). Every mode compiles the same program here (guardless has no
+        # autotuning, and its CUDA path launches without capturing graphs); an unknown mode or
+        # option is an error, as it is for Inductor.
         from torch._functorch.aot_autograd import aot_module_simplified
 
+        if mode not in _MODES:
+            raise GuardlessError(f"torch.compile mode {mode!r}: guardless knows {sorted(m for m in _MODES if m)}")
+        if options:
+            raise GuardlessError(f"torch.compile options {sorted(options)}: guardless takes no options")
         name = f"graph_{_stats.graphs + len(_fallbacks)}"
         if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
             raise GuardlessError(

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 import torch
+import torch._prims_common
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
@@ -501,6 +502,10 @@ class _Writer:
     def placeholder(self, n: torch.fx.Node, kind: str, inputs: list):
         v = n.meta["val"]
         entry = {"name": n.name, "dtype": _DTYPES[v.dtype], "shape": [self.expr(d) if not isinstance(d, int) else d for d in v.shape]}
+        if not torch._prims_common.is_contiguous_or_false(v):
+            # A view (a transposed cache, a slice of a wider mask) is read through its strides
+            # instead of being copied into a contiguous tensor on every call.
+            entry["strides"] = [self.expr(d) if not isinstance(d, int) else d for d in v.stride()]
         if kind != "user":
             entry["kind"] = kind
         inputs.append(entry)

@@ -316,3 +316,37 @@ fn outputs_are_the_values_before_the_write_back() {
         .collect();
     assert_eq!(now, values(&want[0]));
 }
+
+#[test]
+fn a_pooled_cache_written_layer_by_layer_is_updated_in_place() {
+    // Four regions of one pool written in turn (each write put back into the pool), read back
+    // between them: every write goes into the caller's pool, nothing is copied or written back.
+    let g = pooled_cache();
+    let cpu = CpuProgram::compile(lower(&g).unwrap()).unwrap();
+    let mut host = pooled_cache_inputs();
+    let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
+    let mut stored: Vec<(Vec<u8>, Vec<i64>)> = host.iter().map(|t| store(t, false)).collect();
+    let raws: Vec<RawTensor> = host
+        .iter()
+        .zip(&mut stored)
+        .map(|(t, s)| RawTensor {
+            ptr: s.0.as_mut_ptr(),
+            ..raw(t, s)
+        })
+        .collect();
+    for call in 1..=2 {
+        let want = reference::run(&g, &host, &b).unwrap();
+        g.write_back(&mut host, &want).unwrap();
+        let native = unsafe { cpu.run_raw(&raws, &b, &RunOptions::default()) }.unwrap();
+        assert_eq!(output(&native, 0, &stored), values(&want[0]), "call {call}");
+        let pool: Vec<f64> = (0..256)
+            .map(|i| decode(DType::F32, &stored[0].0[i * 4..]))
+            .collect();
+        assert_eq!(pool, values(&host[0]), "call {call}: the caller's pool");
+        assert_eq!(
+            (native.copied_input_bytes, native.written_back_bytes),
+            (0, 0),
+            "call {call}"
+        );
+    }
+}

@@ -398,3 +398,32 @@ fn a_view_of_a_cache_written_in_place_reads_the_cache() {
     assert!(dev.gemms > 0);
     drop((s, keep));
 }
+
+#[test]
+fn a_pooled_cache_written_layer_by_layer_is_updated_in_place_on_the_device() {
+    let g = differential::pooled_cache();
+    let exe = Executable::new(lower(&g).unwrap()).unwrap();
+    let mut dev = Emu::new("pooled_cache", &exe);
+    let mut host = differential::pooled_cache_inputs();
+    let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
+    let (keep, tensors): (Vec<_>, Vec<_>) = host
+        .iter()
+        .map(|t| emulated::to_device(&mut dev, t, false))
+        .unzip();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    for call in 1..=2 {
+        let want = reference::run(&g, &host, &b).unwrap();
+        g.write_back(&mut host, &want).unwrap();
+        s.execute(&mut dev).unwrap();
+        let got = s.outputs(&mut dev).unwrap();
+        assert_close(&format!("call {call}"), &got[0], &want[0]);
+        assert_eq!(
+            emulated::download(&mut dev, &tensors[0]),
+            host[0],
+            "call {call}: the caller's pool"
+        );
+    }
+    assert_eq!(dev.copied_bytes, 0, "the pool was copied");
+    drop((s, keep));
+}

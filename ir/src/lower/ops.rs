@@ -209,6 +209,7 @@ fn lower_op(l: &mut Lowerer, n: &GraphNode) -> R<Vec<LTensor>> {
         "_grouped_mm" => one(super::routing::grouped_mm(l, n)),
         "empty_permuted" | "empty" | "empty_strided" => one(super::routing::empty(l, n)),
         "as_strided" => one(super::strided_views::as_strided(l, n)),
+        "as_strided_scatter" => one(super::strided_views::as_strided_scatter(l, n)),
         "cat" => {
             let refs = match n.arg("tensors") {
                 Some(Arg::Tensors(v)) => v.clone(),

@@ -104,7 +104,7 @@ pub(super) fn copy(l: &mut Lowerer, x: LTensor, src: LTensor) -> R<LTensor> {
 }
 
 /// `src` must have `sizes` (a scatter's region of the base).
-fn same_shape(l: &mut Lowerer, sizes: &[Expr], src: &LTensor, op: &str) -> R<()> {
+pub(super) fn same_shape(l: &mut Lowerer, sizes: &[Expr], src: &LTensor, op: &str) -> R<()> {
     if src.sizes.len() != sizes.len() {
         return Err(NodeError::Message(format!(
             "{op}: a source of {} dimensions for a region of {}",
@@ -259,6 +259,7 @@ fn scatter_into(
         body: body.finish(v),
         at,
         combine,
+        view: None,
     };
     Ok(step.add(l, &base, xd, &n.name))
 }

@@ -200,7 +200,15 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     }
     let plan = index_plan(l, &x.sizes, idx)?;
     let values = expand(l, values, &plan.sizes)?;
-    let base = l.scatter_base(x, &n.name);
+    // A write into a region of a larger tensor that the graph then puts back into it
+    // (functionalization's `as_strided_scatter(t, index_put(as_strided(t, …), …), …)`: a KV
+    // cache that is one layer's part of a pool) scatters into the whole tensor, so that the put
+    // back is the scatter itself and only the written elements move.
+    let region = super::strided_views::put_back_region(l, &x);
+    let (base, view) = match region {
+        Some((whole, layout)) => (whole, Some(layout)),
+        None => (l.scatter_base(x, &n.name), None),
+    };
     let vars = l.index_vars("x", &plan.sizes);
     let mut body = BodyBuilder::default();
     let mut ctx = Ctx {
@@ -220,18 +228,29 @@ pub(super) fn index_put(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         } else {
             ScatterCombine::Write
         },
+        view: view.clone(),
     };
-    Ok(step.add(l, &base, xd, &n.name))
+    let written = step.add(l, &base, xd, &n.name);
+    Ok(match view {
+        // The node's value: the region of the whole tensor written.
+        Some(layout) => {
+            let b = written.buffer.expect("a scatter is a buffer");
+            super::strided_views::region_of(b, layout, xd)
+        }
+        None => written,
+    })
 }
 
 /// A scatter step over a realized copy of its base: for every point of `ranges` (`vars`), the
-/// body's value written (or added) at index `at` of the base's shape.
+/// body's value written (or added) at index `at` of the base's shape — or, with `view`, at index
+/// `at` of that view of the (row-major) base's storage.
 pub(super) struct ScatterStep {
     pub ranges: Vec<Expr>,
     pub vars: Vec<Expr>,
     pub body: crate::loop_ir::Body,
     pub at: Vec<Expr>,
     pub combine: ScatterCombine,
+    pub view: Option<Layout>,
 }
 
 impl ScatterStep {
@@ -242,7 +261,11 @@ impl ScatterStep {
         dtype: DType,
         origin: &str,
     ) -> LTensor {
-        let target = Layout::contiguous(&mut l.env, &base.sizes).index(&mut l.env, &self.at);
+        let layout = match self.view {
+            Some(v) => v,
+            None => Layout::contiguous(&mut l.env, &base.sizes),
+        };
+        let target = layout.index(&mut l.env, &self.at);
         let kind = BufferKind::Scatter {
             base: base.buffer.expect("realized"),
             loops: Loops {

@@ -7,9 +7,10 @@ use std::rc::Rc;
 
 use super::args::{dim_arg, int, ints, msg, opt_int, tensor};
 use super::promote::compute_dtype;
+use super::routing::ScatterStep;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
-use crate::graph::GraphNode;
-use crate::loop_ir::Layout;
+use crate::graph::{Arg, DType, GraphNode, Producer};
+use crate::loop_ir::{BodyBuilder, BufferId, BufferKind, Layout, ScatterCombine};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -121,6 +122,131 @@ pub(super) fn diagonal(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
 /// proved from ranges, else a runtime assert naming the node; negative strides are refused.
 pub(super) fn as_strided(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
     let x = tensor(l, n, "self")?;
+    let (base, base_layout) = whole_storage(l, &x, n, "as_strided")?;
+    let layout = strided_layout(l, n, &base_layout)?;
+    Ok(region_of(base, layout, x.dtype))
+}
+
+/// `as_strided_scatter(self, src, size, stride, storage_offset)`: `self` with the elements of
+/// that view of its storage replaced by `src` (of the view's shape). The view must not overlap
+/// itself (no two of its elements the same storage element: proved from ranges, else refused).
+/// When `src` is a write into that same region of `self` (see `put_back_region`), the result is
+/// that write; otherwise a scatter of `src` over a copy of `self`.
+pub(super) fn as_strided_scatter(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
+    let x = tensor(l, n, "self")?;
+    let src = tensor(l, n, "src")?;
+    if src.dtype != x.dtype && !src.wrapped {
+        return msg(format!(
+            "the source is {}, the tensor is {} (as_strided_scatter needs one dtype)",
+            src.dtype, x.dtype
+        ));
+    }
+    let (base, base_layout) = whole_storage(l, &x, n, "as_strided_scatter")?;
+    let layout = strided_layout(l, n, &base_layout)?;
+    super::overwrite::same_shape(l, &layout.sizes, &src, "as_strided_scatter")?;
+    if !non_overlapping(l, &layout) {
+        return msg(format!(
+            "the view (sizes {}, strides {}) may reach one storage element twice",
+            texts(l, &layout.sizes),
+            texts(l, &layout.strides)
+        ));
+    }
+    if let Some((written, view)) = &src.strided {
+        let whole = matches!(
+            l.buffers[written.index()].kind,
+            BufferKind::Scatter { base: b, .. } if b == base
+        );
+        if whole && *view == layout {
+            let b = &l.buffers[written.index()];
+            return Ok(super::buffer_tensor(*written, b.dtype, b.layout.clone()));
+        }
+    }
+    let dtype = x.dtype;
+    let whole = super::buffer_tensor(base, dtype, base_layout);
+    let vars = l.index_vars("x", &layout.sizes);
+    let mut body = BodyBuilder::default();
+    let mut ctx = Ctx {
+        env: &mut l.env,
+        body: &mut body,
+    };
+    let v = (src.loader)(&mut ctx, &vars);
+    let v = ctx.body.cast(v, compute_dtype(dtype));
+    let step = ScatterStep {
+        ranges: layout.sizes.clone(),
+        vars: vars.clone(),
+        body: body.finish(v),
+        at: vars,
+        combine: ScatterCombine::Write,
+        view: Some(layout),
+    };
+    Ok(step.add(l, &whole, dtype, &n.name))
+}
+
+/// When the node being lowered writes into `x`, a region of a whole row-major buffer that does
+/// not overlap itself, and its one reader puts the result back into that buffer
+/// (`as_strided_scatter` with this node as `src`): the whole buffer and the region's layout, so
+/// that the write goes straight into (a copy of) the whole buffer.
+pub(super) fn put_back_region(l: &mut Lowerer, x: &LTensor) -> Option<(LTensor, Layout)> {
+    let (whole, layout) = x.strided.clone()?;
+    let current = l.current;
+    let readers: Vec<_> = l.readers().collect();
+    let (&reader, only) = (readers.first()?, readers.len() == 1);
+    let puts_back = reader.op == "aten.as_strided_scatter.default"
+        && matches!(reader.arg("src"), Some(Arg::Tensor(t)) if t.producer == Producer::Node(current));
+    if !only || !puts_back || l.uses[current] != 1 {
+        return None;
+    }
+    if !l.row_major(whole) || !non_overlapping(l, &layout) {
+        return None;
+    }
+    let b = &l.buffers[whole.index()];
+    Some((
+        super::buffer_tensor(whole, b.dtype, b.layout.clone()),
+        layout,
+    ))
+}
+
+/// A view of buffer `base`'s storage through `layout`: index arithmetic, nothing copied.
+pub(super) fn region_of(base: BufferId, layout: Layout, dtype: DType) -> LTensor {
+    let view = layout.clone();
+    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
+        let at = view.index(c.env, idx);
+        let v = c.body.load(base, at, dtype);
+        c.body.cast(v, compute_dtype(dtype))
+    });
+    let mut t = LTensor::lazy(dtype, layout.sizes.clone(), loader);
+    t.strided = Some((base, layout));
+    t
+}
+
+/// The storage under `x` as `as_strided` addresses it: `x`'s own buffer when `x` is one whole
+/// and row-major, else `x` computed into one. A view into a larger or strided storage is refused.
+fn whole_storage(l: &mut Lowerer, x: &LTensor, n: &GraphNode, op: &str) -> R<(BufferId, Layout)> {
+    match x.strided.clone() {
+        Some((b, view)) => {
+            let own = l.buffers[b.index()].layout.clone();
+            let dense = Layout::contiguous(&mut l.env, &own.sizes);
+            let zero = l.env.pool().as_const(own.offset) == Some(0);
+            if view != own || own.strides != dense.strides || !zero {
+                return msg(format!(
+                    "{op} of a view into a larger or strided storage is not supported: \
+                     guardless takes it over a whole contiguous tensor"
+                ));
+            }
+            Ok((b, own))
+        }
+        None => {
+            let t = l.realize(x.clone(), &n.name);
+            let b = t.buffer.expect("realized");
+            Ok((b, l.buffers[b.index()].layout.clone()))
+        }
+    }
+}
+
+/// The layout of the node's `size`, `stride` and `storage_offset` over a storage laid out as
+/// `base`: strides proved non-negative, and every element the view can reach in the storage
+/// (proved from ranges, else a runtime assert naming the node).
+fn strided_layout(l: &mut Lowerer, n: &GraphNode, base: &Layout) -> R<Layout> {
     let sizes = ints(n, "size")?;
     let strides = ints(n, "stride")?;
     if sizes.len() != strides.len() {
@@ -137,25 +263,6 @@ pub(super) fn as_strided(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
             return msg(format!("stride {} can be negative", l.env.text(s)));
         }
     }
-    let (base, base_layout) = match x.strided.clone() {
-        Some((b, view)) => {
-            let own = l.buffers[b.index()].layout.clone();
-            let dense = Layout::contiguous(&mut l.env, &own.sizes);
-            let zero = l.env.pool().as_const(own.offset) == Some(0);
-            if view != own || own.strides != dense.strides || !zero {
-                return msg(
-                    "as_strided of a view into a larger or strided storage is not supported: \
-                     guardless takes it over a whole contiguous tensor",
-                );
-            }
-            (b, own)
-        }
-        None => {
-            let t = l.realize(x.clone(), &n.name);
-            let b = t.buffer.expect("realized");
-            (b, l.buffers[b.index()].layout.clone())
-        }
-    };
     let offset = match opt_int(n, "storage_offset")? {
         Some(o) => o,
         None => l.env.pool_mut().zero(),
@@ -169,8 +276,8 @@ pub(super) fn as_strided(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
         let span = p.mul(before, st);
         last = p.add(last, span);
     }
-    let mut end = base_layout.offset;
-    for (&s, &st) in base_layout.sizes.iter().zip(&base_layout.strides) {
+    let mut end = base.offset;
+    for (&s, &st) in base.sizes.iter().zip(&base.strides) {
         let before = p.sub(s, one);
         let span = p.mul(before, st);
         end = p.add(end, span);
@@ -188,19 +295,35 @@ pub(super) fn as_strided(l: &mut Lowerer, n: &GraphNode) -> R<LTensor> {
             ))
         })?;
     }
-    let layout = Layout {
-        sizes: sizes.clone(),
+    Ok(Layout {
+        sizes,
         strides,
         offset,
-    };
-    let view = layout.clone();
-    let dtype = x.dtype;
-    let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
-        let at = view.index(c.env, idx);
-        let v = c.body.load(base, at, dtype);
-        c.body.cast(v, compute_dtype(dtype))
-    });
-    let mut t = LTensor::lazy(dtype, sizes, loader);
-    t.strided = Some((base, layout));
-    Ok(t)
+    })
+}
+
+/// Whether no two elements of `layout` are one storage element, proved for every value of the
+/// sizes: each dimension's stride spans the dimensions after it (sizes of 1 aside).
+fn non_overlapping(l: &mut Lowerer, layout: &Layout) -> bool {
+    let dims: Vec<usize> = (0..layout.sizes.len())
+        .filter(|&d| !l.provably_one(layout.sizes[d]))
+        .collect();
+    dims.windows(2).all(|w| {
+        let (a, b) = (w[0], w[1]);
+        let p = l.env.pool_mut();
+        let span = p.mul(layout.sizes[b], layout.strides[b]);
+        let ok = p.ge(layout.strides[a], span);
+        l.env.statically_known_true(ok)
+    }) && dims.last().is_none_or(|&d| {
+        let zero = l.env.pool_mut().zero();
+        let ok = l.env.pool_mut().gt(layout.strides[d], zero);
+        l.env.statically_known_true(ok)
+    })
+}
+
+fn texts(l: &Lowerer, xs: &[Expr]) -> String {
+    xs.iter()
+        .map(|&e| l.env.text(e))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -709,6 +709,7 @@ fn node_outputs(
         "split" | "split_with_sizes" | "unbind" => slices::split(&n, name),
         "unfold" => views::unfold(&n),
         "as_strided" => views::as_strided(&n),
+        "as_strided_scatter" => views::as_strided_scatter(&n),
         "diagonal" => views::diagonal(&n),
         "flip" => views::flip(&n),
         "full" | "full_like" | "scalar_tensor" => factories::full(&n, name),

@@ -554,6 +554,15 @@ pub const CASES: &[(&str, &str)] = &[
         "aten.as_strided.default",
         r#"{"self": {"tensor": "y"}, "size": [2, 2], "stride": [0, 3], "storage_offset": 1}"#,
     ),
+    // A view of a tensor's storage replaced: two columns at an offset, every other column.
+    (
+        "aten.as_strided_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "size": ["u0", 2], "stride": [5, 1], "storage_offset": 2}"#,
+    ),
+    (
+        "aten.as_strided_scatter.default",
+        r#"{"self": {"tensor": "x"}, "src": {"tensor": "s2"}, "size": ["u0", 2], "stride": [5, 2]}"#,
+    ),
     (
         "aten.empty_strided.default",
         r#"{"size": ["u0", 3], "stride": [3, 1], "dtype": {"dtype": "i32"}}"#,

@@ -447,6 +447,76 @@ pub fn cache_accumulate_with(name: &str, nodes: &str, outputs: &str) -> Graph {
     .expect("a valid graph")
 }
 
+/// A KV-cache pool as Hugging Face's continuous batching keeps it, functionalized the way AOT
+/// autograd traces a forward that writes it: one flat `pool` holding 2 layers × keys/values of
+/// 16 rows × 4, each region a view (`as_strided`) written with `index_put` and put back with
+/// `as_strided_scatter`, threaded from one write to the next; each layer reads its keys back
+/// (`index_select` of `read`), and layer 1's new rows depend on what layer 0 read. Returns layer
+/// 1's keys read back and the pool written back.
+pub fn pooled_cache() -> Graph {
+    let mut nodes = Vec::new();
+    let region = |name: &str, of: &str, offset: i64| {
+        format!(
+            r#"{{"name": "{name}", "op": "aten.as_strided.default",
+               "args": {{"self": {{"tensor": "{of}"}}, "size": [16, 4], "stride": [4, 1], "storage_offset": {offset}}}}}"#
+        )
+    };
+    let mut pool = "pool".to_string();
+    for (k, offset) in [0i64, 64, 128, 192].into_iter().enumerate() {
+        let values = if k < 2 { "new" } else { "later" };
+        nodes.push(region(&format!("v{k}"), &pool, offset));
+        nodes.push(format!(
+            r#"{{"name": "w{k}", "op": "aten.index_put.default",
+               "args": {{"self": {{"tensor": "v{k}"}}, "indices": [{{"tensor": "pos"}}], "values": {{"tensor": "{values}"}}}}}}"#
+        ));
+        nodes.push(format!(
+            r#"{{"name": "s{k}", "op": "aten.as_strided_scatter.default",
+               "args": {{"self": {{"tensor": "{pool}"}}, "src": {{"tensor": "w{k}"}}, "size": [16, 4], "stride": [4, 1], "storage_offset": {offset}}}}}"#
+        ));
+        pool = format!("s{k}");
+        if k % 2 == 1 {
+            let layer = k / 2;
+            nodes.push(region(&format!("keys{layer}"), &pool, offset - 64));
+            nodes.push(format!(
+                r#"{{"name": "read{layer}", "op": "aten.index_select.default",
+                   "args": {{"self": {{"tensor": "keys{layer}"}}, "dim": 0, "index": {{"tensor": "read"}}}}}}"#
+            ));
+        }
+        if k == 1 {
+            nodes.push(
+                r#"{"name": "seen", "op": "aten.sum.dim_IntList", "args": {"self": {"tensor": "read0"}, "dim": [0], "keepdim": true}},
+                   {"name": "later", "op": "aten.add.Tensor", "args": {"self": {"tensor": "new"}, "other": {"tensor": "seen"}}}"#
+                    .to_string(),
+            );
+        }
+    }
+    Graph::from_json(&format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "pooled_cache",
+        "symbols": [{{"name": "t", "kind": "unbacked", "min": 0, "max": 16, "optimization_hint": 2}},
+                    {{"name": "r", "kind": "unbacked", "min": 0, "max": 64, "optimization_hint": 8}}],
+        "inputs": [{{"name": "pool", "dtype": "f32", "shape": [256]}},
+                   {{"name": "pos", "dtype": "i64", "shape": ["t"]}},
+                   {{"name": "new", "dtype": "f32", "shape": ["t", 4]}},
+                   {{"name": "read", "dtype": "i64", "shape": ["r"]}}],
+        "nodes": [{}],
+        "outputs": [{{"tensor": "read1"}}, {{"tensor": "s3", "mutates": "pool"}}]}}"#,
+        nodes.join(",\n")
+    ))
+    .expect("a valid graph")
+}
+
+/// Inputs of [`pooled_cache`]: rows 2 and 9 written, then rows 0, 2, 9 and 2 read.
+pub fn pooled_cache_inputs() -> Vec<HostTensor> {
+    let pool: Vec<f64> = (0..256).map(|i| i as f64).collect();
+    let new: Vec<f64> = (0..8).map(|i| -0.5 - i as f64).collect();
+    vec![
+        HostTensor::from_f64(DType::F32, &[256], &pool),
+        HostTensor::from_i64(DType::I64, &[2], &[2, 9]),
+        HostTensor::from_f64(DType::F32, &[2, 4], &new),
+        HostTensor::from_i64(DType::I64, &[4], &[0, 2, 9, 2]),
+    ]
+}
+
 /// Inputs of [`cache_accumulate`]: rows 3, 8 and 13 updated.
 pub fn cache_accumulate_inputs() -> Vec<HostTensor> {
     let cache: Vec<f64> = (0..64).map(|i| i as f64).collect();

@@ -49,29 +49,77 @@ pub(crate) fn in_place_outputs(
         {
             continue;
         }
-        let ok = match (&s.steps[at], &p.buffers[id.index()].kind) {
-            // The scatter's base addresses the input's storage as the result addresses its own
-            // (the input itself, or a view of it laid out as the result), so the result can be
-            // that storage. Its values must not read the input being overwritten (another
-            // thread's target).
-            (Step::Library(_), BufferKind::Scatter { base, body, .. }) => {
-                p.storage_root(*base) == input
-                    && layout(*base) == layout(id)
-                    && native_scatter(id)
-                    && !body.ops.iter().any(|(op, _)| {
-                        matches!(op, Op::Load { buffer, .. } if p.storage_root(*buffer) == input)
-                    })
+        let computed = matches!(p.buffers[id.index()].kind, BufferKind::Computed { .. });
+        let chain = match s.steps[at] {
+            Step::Library(_) => scatter_chain(p, s, id, input, native_scatter),
+            Step::Kernel(k)
+                if computed
+                    && kernels
+                    && id == output
+                    && reads_only_its_element(p, s, k, id, input) =>
+            {
+                vec![id]
             }
-            (&Step::Kernel(k), BufferKind::Computed { .. }) if kernels && id == output => {
-                reads_only_its_element(p, s, k, id, input)
-            }
-            _ => false,
+            _ => Vec::new(),
         };
-        if ok {
-            out[id.index()] = Some(input);
+        for b in chain {
+            out[b.index()] = Some(input);
         }
     }
     out
+}
+
+/// The scatters that can all be computed in `input`'s storage, from `last` (the written-back
+/// output's) down to the one whose base is `input` — several when the graph writes the input
+/// in steps (functionalization threads a KV-cache pool through one scatter per layer's keys and
+/// values: each scatter's base is the one before). Empty when any of them cannot.
+///
+/// Each scatter's base addresses the storage as the scatter addresses its own (the input
+/// itself, or a view of it laid out as the result), so the result can be that storage; its
+/// values must not read the storage being overwritten (another thread's target); no step after
+/// it may read its base (it would see the new values), and no base may be a graph output.
+fn scatter_chain(
+    p: &Program,
+    s: &Schedule,
+    last: BufferId,
+    input: BufferId,
+    native_scatter: &dyn Fn(BufferId) -> bool,
+) -> Vec<BufferId> {
+    let layout = |b: BufferId| &p.buffers[b.index()].layout;
+    let step_of = |b: BufferId| {
+        s.steps
+            .iter()
+            .position(|st| matches!(*st, Step::Library(x) if x == b))
+    };
+    let mut chain = Vec::new();
+    let mut id = last;
+    loop {
+        let BufferKind::Scatter { base, body, .. } = &p.buffers[id.index()].kind else {
+            return Vec::new();
+        };
+        let (Some(at), base_root) = (step_of(id), p.storage_root(*base)) else {
+            return Vec::new();
+        };
+        chain.push(id);
+        let reads_storage = body.ops.iter().any(|(op, _)| {
+            matches!(op, Op::Load { buffer, .. }
+                if p.storage_root(*buffer) == input || chain.contains(&p.storage_root(*buffer)) || p.storage_root(*buffer) == base_root)
+        });
+        if layout(*base) != layout(id)
+            || !native_scatter(id)
+            || reads_storage
+            || p.outputs.iter().any(|&o| p.storage_root(o) == base_root)
+            || s.steps[at + 1..]
+                .iter()
+                .any(|st| reads(p, s, st, base_root))
+        {
+            return Vec::new();
+        }
+        if base_root == input {
+            return chain;
+        }
+        id = base_root;
+    }
 }
 
 /// Whether kernel `k` loads `input`'s storage only in member `id`'s body, at the element `id`

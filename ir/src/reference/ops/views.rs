@@ -184,6 +184,38 @@ pub(super) fn unfold(n: &Node) -> R<Vec<HostTensor>> {
 pub(super) fn as_strided(n: &Node) -> R<Vec<HostTensor>> {
     // `self` read as its own row-major storage.
     let x = n.tensor("self")?;
+    let (shape, positions) = strided_positions(n, &x)?;
+    let vals = positions.into_iter().map(|at| elem(&x, at)).collect();
+    out(build(x.dtype, shape, vals))
+}
+
+/// `as_strided_scatter`: `self` (as its own row-major storage) with the positions of that view
+/// holding `src`, in the view's row-major order.
+pub(super) fn as_strided_scatter(n: &Node) -> R<Vec<HostTensor>> {
+    let x = n.tensor("self")?;
+    let src = n.tensor("src")?;
+    if src.dtype != x.dtype {
+        return fail(format!(
+            "as_strided_scatter: a {} source for a {} tensor",
+            src.dtype, x.dtype
+        ));
+    }
+    let (shape, positions) = strided_positions(n, &x)?;
+    if src.shape != shape {
+        return fail(format!(
+            "as_strided_scatter: a source of shape {:?} for a view of {shape:?}",
+            src.shape
+        ));
+    }
+    let mut vals: Vec<_> = (0..x.numel()).map(|i| elem(&x, i)).collect();
+    for (k, at) in positions.into_iter().enumerate() {
+        vals[at] = elem(&src, k);
+    }
+    out(build(x.dtype, x.shape.clone(), vals))
+}
+
+/// The view's shape and, in its row-major order, the storage position of each element.
+fn strided_positions(n: &Node, x: &HostTensor) -> R<(Vec<usize>, Vec<usize>)> {
     let (sizes, strides) = (n.ints("size")?, n.ints("stride")?);
     let offset = n.opt_int("storage_offset")?.unwrap_or(0);
     if sizes.len() != strides.len() || strides.iter().chain([&offset]).any(|&s| s < 0) {
@@ -207,19 +239,18 @@ pub(super) fn as_strided(n: &Node) -> R<Vec<HostTensor>> {
             x.numel()
         ));
     }
-    let vals = (0..numel)
+    let positions = (0..numel)
         .map(|i| {
             let idx = unflatten(i, &shape);
-            let at = offset as usize
+            offset as usize
                 + idx
                     .iter()
                     .zip(&strides)
                     .map(|(&k, &st)| k * st as usize)
-                    .sum::<usize>();
-            elem(&x, at)
+                    .sum::<usize>()
         })
         .collect();
-    out(build(x.dtype, shape, vals))
+    Ok((shape, positions))
 }
 
 pub(super) fn diagonal(n: &Node) -> R<Vec<HostTensor>> {
