@@ -3,7 +3,8 @@
 //!
 //! - A KV-cache write: a scatter whose base is the input (or a reshaped view of it, the output
 //!   then a view of the scatter laid out as the input: `cache.view(-1, h, d).index_copy_(…)`)
-//!   moves only the new elements (no copy of the base).
+//!   moves only the new elements (no copy of the base). Also a chain of scatters, each on the one
+//!   before and the first on the input (a KV-cache pool written layer by layer).
 //! - An elementwise update (`x.mul_(2)`, `x.copy_(y)` as a functionalized graph exports them):
 //!   a kernel's stored member whose kernel reads the input only at the element that member
 //!   writes, from the thread that writes it.
