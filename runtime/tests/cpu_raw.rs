@@ -123,6 +123,17 @@ fn raw(t: &HostTensor, stored: &(Vec<u8>, Vec<i64>)) -> RawTensor {
 }
 
 /// `run_raw` equals `run` bit for bit; returns the input bytes it copied.
+/// Raw tensors of `ts` stored in `stored`, with pointers the call may write through.
+fn writable(ts: &[HostTensor], stored: &mut [(Vec<u8>, Vec<i64>)]) -> Vec<RawTensor> {
+    ts.iter()
+        .zip(stored)
+        .map(|(t, s)| RawTensor {
+            ptr: s.0.as_mut_ptr(),
+            ..raw(t, s)
+        })
+        .collect()
+}
+
 fn same_as_run(name: &str, n: i64, transpose_first: bool) -> usize {
     let graph = example(name);
     let cpu = CpuProgram::compile(lower(&graph).unwrap()).unwrap();
@@ -268,14 +279,7 @@ fn an_output_that_mutates_an_input_is_written_into_the_callers_tensor() {
             .map(|(k, t)| store(t, transposed && k == 0))
             .collect();
         // Pointers for writing: the call writes the cache.
-        let raws: Vec<RawTensor> = ins
-            .iter()
-            .zip(&mut stored)
-            .map(|(t, s)| RawTensor {
-                ptr: s.0.as_mut_ptr(),
-                ..raw(t, s)
-            })
-            .collect();
+        let raws = writable(&ins, &mut stored);
         for call in 1..=2 {
             unsafe { cpu.run_raw(&raws, &b, &RunOptions::default()) }.unwrap();
             let (bytes, strides) = &stored[0];
@@ -326,14 +330,7 @@ fn a_pooled_cache_written_layer_by_layer_is_updated_in_place() {
     let mut host = pooled_cache_inputs();
     let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
     let mut stored: Vec<(Vec<u8>, Vec<i64>)> = host.iter().map(|t| store(t, false)).collect();
-    let raws: Vec<RawTensor> = host
-        .iter()
-        .zip(&mut stored)
-        .map(|(t, s)| RawTensor {
-            ptr: s.0.as_mut_ptr(),
-            ..raw(t, s)
-        })
-        .collect();
+    let raws = writable(&host, &mut stored);
     for call in 1..=2 {
         let want = reference::run(&g, &host, &b).unwrap();
         g.write_back(&mut host, &want).unwrap();

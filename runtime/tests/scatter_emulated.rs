@@ -288,41 +288,64 @@ fn cache_reread() -> Graph {
 #[test]
 fn a_cache_write_written_back_is_done_in_place() {
     let ins = differential::cache_accumulate_inputs();
-    let options = SessionOptions { poison: true };
     for (reread, g) in [
         (false, differential::cache_accumulate()),
         (true, cache_reread()),
     ] {
         let exe = Executable::new(lower(&g).unwrap()).unwrap();
         let mut dev = Emu::new(&format!("cache_update_{reread}"), &exe);
-        let b = reference::bind_inputs(&g, &ins, &Bindings::new()).unwrap();
-        // The cache on the device, read in place.
-        let (keep, tensors): (Vec<_>, Vec<_>) = ins
-            .iter()
-            .map(|t| emulated::to_device(&mut dev, t, false))
-            .unzip();
-        let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
         let mut host = ins.clone();
-        for call in 1..=3 {
-            let want = reference::run(&g, &host, &b).unwrap();
-            g.write_back(&mut host, &want).unwrap();
-            s.execute(&mut dev).unwrap();
-            let got = s.outputs(&mut dev).unwrap();
-            for (gt, w) in got.iter().zip(&want) {
-                assert_close(&format!("reread {reread}, call {call}"), gt, w);
-            }
-            let cache = emulated::download(&mut dev, &tensors[0]);
-            assert_eq!(
-                cache, host[0],
-                "reread {reread}, call {call}: the caller's cache"
-            );
-        }
+        calls_in_place(
+            &mut dev,
+            &exe,
+            &g,
+            &mut host,
+            3,
+            Some(0),
+            &format!("reread {reread}"),
+        );
         // In place: no copy of the 256-byte cache, in or back. Read again after the scatter:
         // a copy in and a copy back per call.
         let copies = if reread { 3 * 2 * 256 } else { 0 };
         assert_eq!(dev.copied_bytes, copies, "reread {reread}");
-        drop((s, keep));
     }
+}
+
+/// `calls` calls of `g` in one session on `dev`, `host`'s tensors on the device read in place:
+/// each call's outputs compared with the reference's, `host` then updated by the call's
+/// write-backs, and (`input`) that input as the device holds it compared with `host`'s.
+fn calls_in_place(
+    dev: &mut Emu,
+    exe: &Executable,
+    g: &Graph,
+    host: &mut [HostTensor],
+    calls: usize,
+    input: Option<usize>,
+    label: &str,
+) {
+    let b = reference::bind_inputs(g, host, &Bindings::new()).unwrap();
+    let (keep, tensors): (Vec<_>, Vec<_>) = host
+        .iter()
+        .map(|t| emulated::to_device(dev, t, false))
+        .unzip();
+    let options = SessionOptions { poison: true };
+    let mut s = Session::new(dev, exe, Inputs::Device(&tensors), &b, &options).unwrap();
+    for call in 1..=calls {
+        let want = reference::run(g, host, &b).unwrap();
+        g.write_back(host, &want).unwrap();
+        s.execute(dev).unwrap();
+        for (gt, w) in s.outputs(dev).unwrap().iter().zip(&want) {
+            assert_close(&format!("{label}, call {call}"), gt, w);
+        }
+        if let Some(k) = input {
+            assert_eq!(
+                emulated::download(dev, &tensors[k]),
+                host[k],
+                "{label}, call {call}: the caller's input {k}"
+            );
+        }
+    }
+    drop((s, keep));
 }
 
 #[test]
@@ -379,24 +402,9 @@ fn a_view_of_a_cache_written_in_place_reads_the_cache() {
     let mut dev = Emu::new("cache_view", &exe);
     let mut host = differential::cache_accumulate_inputs();
     small_integers(&mut host[2..]);
-    let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
-    let (keep, tensors): (Vec<_>, Vec<_>) = host
-        .iter()
-        .map(|t| emulated::to_device(&mut dev, t, false))
-        .unzip();
-    let options = SessionOptions { poison: true };
-    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
-    for call in 1..=2 {
-        let want = reference::run(&g, &host, &b).unwrap();
-        g.write_back(&mut host, &want).unwrap();
-        s.execute(&mut dev).unwrap();
-        for (gt, w) in s.outputs(&mut dev).unwrap().iter().zip(&want) {
-            assert_close(&format!("call {call}"), gt, w);
-        }
-    }
+    calls_in_place(&mut dev, &exe, &g, &mut host, 2, None, "cache view");
     assert_eq!(dev.copied_bytes, 0, "the cache was copied");
     assert!(dev.gemms > 0);
-    drop((s, keep));
 }
 
 #[test]
@@ -405,25 +413,6 @@ fn a_pooled_cache_written_layer_by_layer_is_updated_in_place_on_the_device() {
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let mut dev = Emu::new("pooled_cache", &exe);
     let mut host = differential::pooled_cache_inputs();
-    let b = reference::bind_inputs(&g, &host, &Bindings::new()).unwrap();
-    let (keep, tensors): (Vec<_>, Vec<_>) = host
-        .iter()
-        .map(|t| emulated::to_device(&mut dev, t, false))
-        .unzip();
-    let options = SessionOptions { poison: true };
-    let mut s = Session::new(&mut dev, &exe, Inputs::Device(&tensors), &b, &options).unwrap();
-    for call in 1..=2 {
-        let want = reference::run(&g, &host, &b).unwrap();
-        g.write_back(&mut host, &want).unwrap();
-        s.execute(&mut dev).unwrap();
-        let got = s.outputs(&mut dev).unwrap();
-        assert_close(&format!("call {call}"), &got[0], &want[0]);
-        assert_eq!(
-            emulated::download(&mut dev, &tensors[0]),
-            host[0],
-            "call {call}: the caller's pool"
-        );
-    }
+    calls_in_place(&mut dev, &exe, &g, &mut host, 2, Some(0), "pooled cache");
     assert_eq!(dev.copied_bytes, 0, "the pool was copied");
-    drop((s, keep));
 }
