@@ -83,10 +83,11 @@ class Engine:
         kw = {}
         if name == "inductor":
             kw["varlen_compile_config"] = CompileConfig(backend="inductor", dynamic=True, mode="default")
-        elif name == "guardless":
-            kw["varlen_compile_config"] = CompileConfig(backend=guardless.backend, dynamic=True)
-        cb = ContinuousBatchingConfig(num_blocks=blocks, page_size=args.page_size,
-                                      max_batch_tokens=args.max_batch_tokens, **kw)
+        sizes = dict(num_blocks=blocks, page_size=args.page_size, max_batch_tokens=args.max_batch_tokens)
+        if name == "guardless":
+            cb = guardless.hf.continuous_batching_config(**sizes)
+        else:
+            cb = ContinuousBatchingConfig(**sizes, **kw)
         gen = GenerationConfig(do_sample=False, max_new_tokens=args.output[1], eos_token_id=None, pad_token_id=0)
         self.context = guardless.hf.paged_cache_in_graph if name == "guardless" else contextlib.nullcontext
         self.manager = model.init_continuous_batching(gen, cb)

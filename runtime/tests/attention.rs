@@ -13,10 +13,11 @@ use differential::attention::{
     graph, paged_graph, paged_inputs, projected, Form, Paged, BASE, PAGED,
 };
 use differential::*;
-use guardless_ir::graph::Graph;
+use guardless_ir::graph::{DType, Graph};
 use guardless_ir::loop_ir::{BufferKind, ExternKernel};
 use guardless_ir::lower::lower;
 use guardless_ir::reference;
+use guardless_ir::tensor::HostTensor;
 use guardless_runtime::cpu::{CpuProgram, RunOptions};
 
 /// `g` compiled for the CPU, asserting its program is the one library step `step` (nothing
@@ -140,6 +141,107 @@ fn attention_masks_broadcast_and_hide_whole_rows() {
             };
             // Over 1 or 2 keys a random boolean mask hides whole rows.
             check(f, &[(1, 1), (5, 2), (17, 17), (3, 300), (129, 131)]);
+        }
+    }
+}
+
+/// The mask of a packed batch (transformers' continuous batching): sequences `(queries, keys)`
+/// one after the other, query `i` of a sequence seeing its own keys up to its position
+/// (bottom-right causal), every other key hidden by `hidden` (additive) or false (boolean).
+/// `padding` query rows at the end see nothing.
+fn packed_mask(dtype: DType, seqs: &[(usize, usize)], padding: usize, hidden: f64) -> HostTensor {
+    let lq = seqs.iter().map(|s| s.0).sum::<usize>() + padding;
+    let lk: usize = seqs.iter().map(|s| s.1).sum();
+    let (visible, hide) = match dtype {
+        DType::Bool => (1, 0),
+        _ => (0, 1),
+    };
+    let mut m = vec![hide; lq * lk];
+    let (mut row, mut key) = (0, 0);
+    for &(q, k) in seqs {
+        for i in 0..q {
+            for j in 0..k - q + i + 1 {
+                m[(row + i) * lk + key + j] = visible;
+            }
+        }
+        (row, key) = (row + q, key + k);
+    }
+    match dtype {
+        DType::Bool => HostTensor::from_i64(dtype, &[1, 1, lq, lk], &m),
+        _ => {
+            let v: Vec<f64> = m
+                .iter()
+                .map(|&h| if h == 1 { hidden } else { 0.0 })
+                .collect();
+            HostTensor::from_f64(dtype, &[1, 1, lq, lk], &v)
+        }
+    }
+}
+
+/// Packed batches as transformers' continuous batching runs them: decode tokens each seeing only
+/// its own sequence's keys, prefill chunks beside them, padding rows that see nothing — the
+/// keys a row's mask hides (the dtype's lowest value, -inf, false) are skipped, and the results
+/// still match the reference, the padding rows' (a softmax over keys all equally hidden)
+/// included.
+#[test]
+fn packed_sequences_under_a_block_diagonal_mask_match_the_reference() {
+    let decodes: Vec<(usize, usize)> = (0..24).map(|i| (1, 5 + 7 * i % 50)).collect();
+    let mixed: Vec<(usize, usize)> = [(17, 40), (9, 9), (1, 150), (33, 100)]
+        .into_iter()
+        .chain(decodes.iter().copied().take(6))
+        .collect();
+    let lowest = |dtype: &str| match dtype {
+        "f32" => f64::from(f32::MIN),
+        "bf16" => f64::from(half::bf16::MIN),
+        _ => f64::MIN,
+    };
+    let cases = [
+        ("f32", "f32", 0, false),
+        ("f32", "f32", 3, false),
+        ("f32", "f32", 2, true),
+        ("bf16", "bf16", 1, false),
+        ("f32", "bool", 2, false),
+        ("f64", "f64", 1, false),
+    ];
+    for (dtype, mask, padding, infinite) in cases {
+        for seqs in [&decodes, &mixed] {
+            {
+                let f = Form {
+                    dtype,
+                    mask: Some((mask, r#"1, 1, "u0", "u1""#)),
+                    heads: 4,
+                    kv_heads: 1,
+                    d: 32,
+                    dv: 32,
+                    ..BASE
+                };
+                let g = graph(f);
+                let (cpu, options) = compiled_alone(&g, "attention", &format!("{f:?}"));
+                let mask_dtype = g.inputs[3].dtype;
+                let hidden = if infinite {
+                    f64::NEG_INFINITY
+                } else {
+                    lowest(mask)
+                };
+                let m = packed_mask(mask_dtype, seqs, padding, hidden);
+                let (u0, u1) = (m.shape[2] as i64, m.shape[3] as i64);
+                let values = [("u0", u0), ("u1", u1)];
+                let what = format!(
+                    "{f:?} {} sequences, {padding} padding rows, -inf {infinite}",
+                    seqs.len()
+                );
+                let b = bindings_of(&what, &g, &values);
+                let mut inputs = random_inputs(&g, &b, u0 as u64, (-3, 7));
+                inputs[3] = m;
+                let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+                let want = reference::run(&g, &inputs, &b);
+                let got = cpu.run(&inputs, &b, &options);
+                let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+                assert!(
+                    judge_accurate(&what, got, want, &values, false, Some(&ideal)),
+                    "{what}: refused"
+                );
+            }
         }
     }
 }

@@ -164,15 +164,125 @@ pub unsafe fn attention(spec: Attention, s: Sizes, ops: Operands, threads: usize
             group,
             q0,
             tq: TILE_Q.min(s.lq - q0),
+            from: 0,
             lk: s.lk,
             shift: 0,
             pages: None,
         };
         // Safety: the caller's promise, for this item's rows.
-        unsafe { run_item(spec, s, ops, rows, scratch) }
+        unsafe {
+            match ops.mask {
+                Some(mask) => {
+                    for part in visible_parts(mask, rows, spec.causal) {
+                        run_item(spec, s, ops, part, scratch)
+                    }
+                }
+                None => run_item(spec, s, ops, rows, scratch),
+            }
+        }
     };
     let work = s.batch * s.heads * s.lq * s.lk * (s.d + s.dv);
     for_each_item(items, threads > 1 && work >= PARALLEL_WORK, run);
+}
+
+/// Whether a mask element hides its key: `false` in a boolean mask; in an additive one -inf, or
+/// the mask dtype's lowest finite value — what transformers fills its masks with
+/// (`torch.finfo(dtype).min`): added to a score, its weight is exactly 0 beside any key the mask
+/// leaves visible. (NaN hides nothing.)
+#[inline(always)]
+unsafe fn hides(mask: &Operand, at: isize) -> bool {
+    let p = mask.ptr;
+    match mask.dtype {
+        DType::Bool | DType::U8 => *p.offset(at) == 0,
+        DType::F32 => *(p as *const f32).offset(at) <= f32::MIN,
+        DType::F64 => *(p as *const f64).offset(at) <= f64::MIN,
+        DType::F16 => half::f16::from_bits(*(p as *const u16).offset(at)) <= half::f16::MIN,
+        DType::BF16 => half::bf16::from_bits(*(p as *const u16).offset(at)) <= half::bf16::MIN,
+        DType::I8 | DType::I32 | DType::I64 => false,
+    }
+}
+
+/// The first and one past the last of keys `0..keys` that the mask row at `at` (key stride
+/// `step`) leaves visible, scanned from each end (one dtype dispatch per row).
+unsafe fn visible_ends(
+    mask: &Operand,
+    at: isize,
+    step: isize,
+    keys: usize,
+) -> Option<(usize, usize)> {
+    #[inline(always)]
+    fn ends(keys: usize, hidden: impl Fn(usize) -> bool) -> Option<(usize, usize)> {
+        let lo = (0..keys).find(|&j| !hidden(j))?;
+        let hi = (lo..keys).rev().find(|&j| !hidden(j)).unwrap_or(lo);
+        Some((lo, hi + 1))
+    }
+    let element = |j: usize| at + j as isize * step;
+    match mask.dtype {
+        DType::F32 => {
+            let p = mask.ptr as *const f32;
+            ends(keys, |j| unsafe { *p.offset(element(j)) <= f32::MIN })
+        }
+        DType::Bool | DType::U8 => ends(keys, |j| unsafe { *mask.ptr.offset(element(j)) == 0 }),
+        _ => ends(keys, |j| unsafe { hides(mask, element(j)) }),
+    }
+}
+
+/// The keys `lo..hi` from the first to the last that the mask (and the causal mask, when
+/// `causal`) leaves visible to position `pos` of any of the item's query heads; `None` when
+/// they hide every key.
+unsafe fn visible_span(
+    mask: &Operand,
+    r: &Rows,
+    pos: usize,
+    causal: bool,
+) -> Option<(usize, usize)> {
+    let keys = if causal { r.sees(pos) } else { r.lk };
+    // A mask broadcast over heads is read once per position.
+    let heads = if mask.strides[1] == 0 { 1 } else { r.group };
+    let mut span: Option<(usize, usize)> = None;
+    for h in 0..heads {
+        let at = mask.at(r.b, r.kh * r.group + h, pos, 0);
+        if let Some((lo, hi)) = visible_ends(mask, at, mask.strides[3], keys) {
+            span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    }
+    span
+}
+
+/// Keys' worth of work a separate part of a tile costs beyond its keys (loading its queries,
+/// finishing its rows).
+const PART_COST: usize = 64;
+
+/// The item `r` cut into parts of consecutive positions, each over the keys from the first to
+/// the last that its rows' mask leaves visible: keys every row of a part hides are never read.
+/// A batch of packed sequences (continuous batching) has a block-diagonal mask: a decode token
+/// sees its own sequence's keys only, and the item's rows are its parts. A position is added
+/// to the part before it while one pass over their keys together costs no more than two
+/// (`PART_COST`). A position whose rows see no key keeps every key (the softmax of a row all
+/// hidden is PyTorch's, not skipped). Skipping a hidden key leaves out a weight that is exactly
+/// 0; the sums of the visible keys' weights go by in other tiles, so the result may differ from
+/// the whole pass's in its last bits.
+unsafe fn visible_parts(mask: Operand, r: Rows, causal: bool) -> impl Iterator<Item = Rows> {
+    let mut parts: Vec<Rows> = Vec::new();
+    for i in 0..r.tq {
+        let (lo, hi) = visible_span(&mask, &r, r.q0 + i, causal).unwrap_or((0, r.lk));
+        if let Some(p) = parts.last_mut() {
+            let (a, b) = (p.from.min(lo), p.lk.max(hi));
+            if (p.tq + 1) * (b - a) <= p.tq * (p.lk - p.from) + (hi - lo) + PART_COST {
+                p.tq += 1;
+                (p.from, p.lk) = (a, b);
+                continue;
+            }
+        }
+        parts.push(Rows {
+            q0: r.q0 + i,
+            tq: 1,
+            from: lo,
+            lk: hi,
+            ..r
+        });
+    }
+    parts.into_iter()
 }
 
 /// Runs `run` on items `0..items`, in parallel (one item per task) when `parallel`.
@@ -248,6 +358,7 @@ pub unsafe fn paged_attention(
             group,
             q0: q.start + first,
             tq: TILE_Q.min(q.queries - first),
+            from: 0,
             lk: q.keys,
             shift: q.keys as isize - q.queries as isize - q.start as isize,
             pages: Some((pages, q.index)),
@@ -262,8 +373,8 @@ pub unsafe fn paged_attention(
 
 /// The rows of one work item: batch entry `b`, key/value head `kh`, query positions
 /// `q0..q0 + tq` of each of its `group` query heads (row `hh·tq + i` is head `kh·group + hh`,
-/// position `q0 + i`), over keys `0..lk`. Causal: position `p` sees keys `0..=p + shift`. Keys
-/// of a paged call are found through row `.1` of the block table.
+/// position `q0 + i`), over keys `from..lk`. Causal: position `p` sees keys `0..=p + shift`.
+/// Keys of a paged call are found through row `.1` of the block table.
 #[derive(Copy, Clone, Debug)]
 struct Rows {
     b: usize,
@@ -271,6 +382,7 @@ struct Rows {
     group: usize,
     q0: usize,
     tq: usize,
+    from: usize,
     lk: usize,
     shift: isize,
     pages: Option<(Pages, usize)>,
@@ -443,7 +555,7 @@ unsafe fn item<T: Real, const FMA: bool>(
         r.lk
     };
     let boolean = ops.mask.is_some_and(|m| m.dtype == DType::Bool);
-    for k0 in (0..keys).step_by(TILE_K) {
+    for k0 in (r.from..keys).step_by(TILE_K) {
         let tk = TILE_K.min(keys - k0);
         let (k, v) = (&ops.k, &ops.v);
         // scores[row][j] = q[row] · k[j]
