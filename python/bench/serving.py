@@ -10,8 +10,9 @@ length in `--output` tokens, greedy; all arriving at once (`burst`) or as a Pois
 then: `first s`, two short requests, one at the workload's longest prompt), then the rounds interleave the
 contestants; medians over rounds of output tokens/s (generated tokens over the round's wall
 time), time to first token and inter-token latency (p50 and p99 over the round's requests).
-guardless runs inside `guardless.hf.paged_cache_in_graph()` (one graph per run); Inductor and eager
-take transformers' defaults. The tokens of every engine are compared with eager's.
+guardless runs with `guardless.hf.continuous_batching_config` inside
+`guardless.hf.paged_cache_in_graph()` (one graph per run); Inductor and eager take transformers'
+defaults. `graphs`: the graphs Dynamo compiled for the engine over the whole run. The tokens of every engine are compared with eager's.
 One thread everywhere (`torch.set_num_threads(1)`, `RAYON_NUM_THREADS=1`) unless `--threads`.
 """
 
@@ -161,19 +162,26 @@ def main():
           f"{args.heads[0]}/{args.heads[1]} heads, vocabulary {args.vocab}, {args.dtype}; "
           f"{args.threads} thread(s), torch {torch.__version__}", flush=True)
 
-    engines, compile_s = {}, {}
+    from torch._dynamo.utils import counters
+
+    engines, compile_s, graphs = {}, {}, {}
+
+    def traced(name, run):
+        """`run()`, counting the graphs Dynamo compiles meanwhile (engines take turns) as `name`'s."""
+        before = counters["stats"]["unique_graphs"]
+        out = run()
+        graphs[name] = graphs.get(name, 0) + counters["stats"]["unique_graphs"] - before
+        return out
+
     warm = [([5 + k for k in range(args.prompt[1])], 4, 0.0), ([7] * args.prompt[0], 4, 0.0)]
+    guardless.reset()
     for name in args.contestants:
         if name == "static":
             continue
-        guardless.reset()
         t = time.perf_counter()
         engines[name] = Engine(name, model, args, blocks)
-        engines[name].serve(warm)
+        traced(name, lambda: engines[name].serve(warm))
         compile_s[name] = time.perf_counter() - t
-        if name == "guardless":
-            s = guardless.stats()
-            compile_s[name] = (compile_s[name], s.graphs, len(guardless.fallbacks()))
 
     rows = {name: [] for name in args.contestants}
     tokens = {}
@@ -184,7 +192,7 @@ def main():
                 gen = outs
                 ttft = itl = []
             else:
-                wall, results = engines[name].serve(reqs)
+                wall, results = traced(name, lambda: engines[name].serve(reqs))
                 gen = [x.generated_tokens for x in results]
                 ttft = [x.timestamps[0] - x.created_time for x in results if x.timestamps]
                 itl = [b - a for x in results if x.timestamps for a, b in zip(x.timestamps, x.timestamps[1:])]
@@ -203,15 +211,15 @@ def main():
     for name, rs in rows.items():
         med = [statistics.median(x[k] for x in rs) for k in range(5)]
         c = compile_s.get(name)
-        graphs = ""
-        if isinstance(c, tuple):
-            c, graphs, fallbacks = c
-            graphs = f"{graphs}" + (f" ({fallbacks} fell back)" if fallbacks else "")
+        # Dynamo's graphs over the whole run (warmup and rounds), and for guardless the graphs it
+        # handed back to eager.
+        fell = len(guardless.fallbacks()) if name == "guardless" else 0
+        count = "" if name not in graphs else f"{graphs[name]}" + (f" ({fell} fell back)" if fell else "")
         same = "" if "eager" not in tokens else ("yes" if tokens[name] == tokens["eager"] else "no")
         ratio = f"{med[0] / eager_tps:.2f}" if eager_tps else ""
         ms = lambda v: "" if v != v else f"{v * 1e3:.1f}"  # noqa: E731  (NaN: not measured)
         print(f"| {name} | {med[0]:.1f} | {ratio} | {ms(med[1])} | {ms(med[2])} | {ms(med[3])} | "
-              f"{ms(med[4])} | {'' if c is None else f'{c:.1f}'} | {graphs} | {same} |")
+              f"{ms(med[4])} | {'' if c is None else f'{c:.1f}'} | {count} | {same} |")
 
 
 if __name__ == "__main__":
