@@ -116,8 +116,8 @@ def _traced_step(compute_batch):
 @contextlib.contextmanager
 def paged_cache_in_graph():
     """Within it, `torch.compile` traces transformers' paged-cache update instead of breaking the
-    graph around it, and traces a step without duck sizing (nested and concurrent uses share one
-    switch; leaving the last restores transformers' own)."""
+    graph around it, and traces a step as `_traced_step` says (nested and concurrent uses share
+    one switch; leaving the last restores transformers' own)."""
     global _depth
     cls = _cache_class()
     runner = _model_runner_class()

@@ -48,19 +48,36 @@ fn check(f: Form, lengths: &[(i64, i64)]) {
     // One attention step over the operands' storage: nothing computed before it.
     let (cpu, options) = compiled_alone(&g, "attention", &format!("{f:?}"));
     for (s, &(u0, u1)) in lengths.iter().enumerate() {
-        let what = format!("{f:?}");
         let values = [("u0", u0), ("u1", u1)];
-        let b = bindings_of(&what, &g, &values);
+        let b = bindings_of(&format!("{f:?}"), &g, &values);
         let inputs = random_inputs(&g, &b, s as u64, (-3, 7));
-        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
-        let want = reference::run(&g, &inputs, &b);
-        let got = cpu.run(&inputs, &b, &options);
-        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
-        assert!(
-            judge_accurate(&what, got, want, &values, false, Some(&ideal)),
-            "{what} at {values:?}: refused"
+        compare(
+            &format!("{f:?} at {values:?}"),
+            &g,
+            (&cpu, &options),
+            &inputs,
+            &values,
         );
     }
+}
+
+/// The CPU program `cpu` of `g` run on `inputs` (symbols at `values`) against the reference.
+fn compare(
+    what: &str,
+    g: &Graph,
+    (cpu, options): (&CpuProgram, &RunOptions),
+    inputs: &[HostTensor],
+    values: &[(&str, i64)],
+) {
+    let b = bindings_of(what, g, values);
+    let b = reference::bind_inputs(g, inputs, &b).unwrap();
+    let want = reference::run(g, inputs, &b);
+    let got = cpu.run(inputs, &b, options);
+    let ideal = || reference::run_unrounded(g, inputs, &b).unwrap();
+    assert!(
+        judge_accurate(what, got, want, values, false, Some(&ideal)),
+        "{what}: refused"
+    );
 }
 
 const SQUARE: [(i64, i64); 5] = [(0, 0), (1, 1), (2, 2), (17, 17), (128, 128)];
@@ -204,44 +221,33 @@ fn packed_sequences_under_a_block_diagonal_mask_match_the_reference() {
         ("f64", "f64", 1, false),
     ];
     for (dtype, mask, padding, infinite) in cases {
+        let f = Form {
+            dtype,
+            mask: Some((mask, r#"1, 1, "u0", "u1""#)),
+            heads: 4,
+            kv_heads: 1,
+            d: 32,
+            dv: 32,
+            ..BASE
+        };
+        let g = graph(f);
+        let (cpu, options) = compiled_alone(&g, "attention", &format!("{f:?}"));
+        let hidden = if infinite {
+            f64::NEG_INFINITY
+        } else {
+            lowest(mask)
+        };
         for seqs in [&decodes, &mixed] {
-            {
-                let f = Form {
-                    dtype,
-                    mask: Some((mask, r#"1, 1, "u0", "u1""#)),
-                    heads: 4,
-                    kv_heads: 1,
-                    d: 32,
-                    dv: 32,
-                    ..BASE
-                };
-                let g = graph(f);
-                let (cpu, options) = compiled_alone(&g, "attention", &format!("{f:?}"));
-                let mask_dtype = g.inputs[3].dtype;
-                let hidden = if infinite {
-                    f64::NEG_INFINITY
-                } else {
-                    lowest(mask)
-                };
-                let m = packed_mask(mask_dtype, seqs, padding, hidden);
-                let (u0, u1) = (m.shape[2] as i64, m.shape[3] as i64);
-                let values = [("u0", u0), ("u1", u1)];
-                let what = format!(
-                    "{f:?} {} sequences, {padding} padding rows, -inf {infinite}",
-                    seqs.len()
-                );
-                let b = bindings_of(&what, &g, &values);
-                let mut inputs = random_inputs(&g, &b, u0 as u64, (-3, 7));
-                inputs[3] = m;
-                let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
-                let want = reference::run(&g, &inputs, &b);
-                let got = cpu.run(&inputs, &b, &options);
-                let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
-                assert!(
-                    judge_accurate(&what, got, want, &values, false, Some(&ideal)),
-                    "{what}: refused"
-                );
-            }
+            let m = packed_mask(g.inputs[3].dtype, seqs, padding, hidden);
+            let values = [("u0", m.shape[2] as i64), ("u1", m.shape[3] as i64)];
+            let what = format!(
+                "{f:?} {} sequences, {padding} padding rows, -inf {infinite}",
+                seqs.len()
+            );
+            let b = bindings_of(&what, &g, &values);
+            let mut inputs = random_inputs(&g, &b, values[0].1 as u64, (-3, 7));
+            inputs[3] = m;
+            compare(&what, &g, (&cpu, &options), &inputs, &values);
         }
     }
 }

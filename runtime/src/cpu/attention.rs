@@ -262,7 +262,7 @@ const PART_COST: usize = 64;
 /// hidden is PyTorch's, not skipped). Skipping a hidden key leaves out a weight that is exactly
 /// 0; the sums of the visible keys' weights go by in other tiles, so the result may differ from
 /// the whole pass's in its last bits.
-unsafe fn visible_parts(mask: Operand, r: Rows, causal: bool) -> impl Iterator<Item = Rows> {
+unsafe fn visible_parts(mask: Operand, r: Rows, causal: bool) -> Vec<Rows> {
     let mut parts: Vec<Rows> = Vec::new();
     for i in 0..r.tq {
         let (lo, hi) = visible_span(&mask, &r, r.q0 + i, causal).unwrap_or((0, r.lk));
@@ -282,7 +282,7 @@ unsafe fn visible_parts(mask: Operand, r: Rows, causal: bool) -> impl Iterator<I
             ..r
         });
     }
-    parts.into_iter()
+    parts
 }
 
 /// Runs `run` on items `0..items`, in parallel (one item per task) when `parallel`.
