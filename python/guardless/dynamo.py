@@ -9,8 +9,10 @@ Sizes follow Dynamo: `dynamic=True` gives backed symbols (Dynamo guards and reco
 terms; guardless's compile is valid at every size), `torch._dynamo.mark_unbacked(t, dim,
 hint_override=n)` unbacked ones (never a recompile; `hint_override` is the optimization hint).
 
-A graph guardless cannot take runs eagerly instead: a counted fallback with its reason, warned
-once per graph and listed by `fallbacks()`.
+An op guardless does not lower is called through PyTorch between compiled segments of the graph
+(`segments`: per-op fallback, counted by `stats().extern_calls`). A graph guardless cannot take
+otherwise runs eagerly instead: a counted fallback with its reason, warned once per graph and
+listed by `fallbacks()`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from . import segments
+from .segments import SegmentedFunction
 from .exporter import ExportError, _backed_values, _decompositions, _DTYPES, _expr, _Writer
 
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
@@ -48,6 +52,10 @@ class Stats:
     # Graphs whose native code (CPU) was loaded from the disk cache an earlier process filled:
     # LLVM did not run for them.
     cache_hits: int = 0
+    # Calls of ops guardless does not lower, made through PyTorch between compiled segments of a
+    # graph (per-op fallback, `segments`): in all, and per graph name.
+    extern_calls: int = 0
+    extern_calls_by_graph: dict = field(default_factory=dict)
 
 
 _fallbacks: list[Fallback] = []
@@ -60,7 +68,7 @@ def fallbacks() -> list[Fallback]:
 
 
 def stats() -> Stats:
-    return Stats(**vars(_stats))
+    return Stats(**{**vars(_stats), "extern_calls_by_graph": dict(_stats.extern_calls_by_graph)})
 
 
 def reset() -> None:
@@ -349,9 +357,15 @@ def _fallback(name: str, reason: str) -> None:
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def make_backend(fallback: bool = True):
+def make_backend(fallback: bool = True, extern_ops: bool | None = None):
     """A `torch.compile` backend. With `fallback=False` a graph guardless cannot take is an error
-    instead of a counted fallback to eager. `.compiled` lists what it compiled."""
+    instead of a counted fallback to eager. With `extern_ops` (by default as `fallback`) a graph
+    with ops guardless does not lower is compiled around them, and they are called through
+    PyTorch between its compiled segments (`segments`; counted by `stats().extern_calls`);
+    without it such a graph is a fallback (or the error). `.compiled` lists the compiled graphs
+    (segments included), `.segmented` the graphs cut into segments."""
+    if extern_ops is None:
+        extern_ops = fallback
 
     def backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
                 options: dict | None = None, name: str | None = None):
@@ -388,31 +402,61 @@ def make_backend(fallback: bool = True):
             _fallback(name, reason)
             return gm.forward
 
+        def compile_graph(aten: torch.fx.GraphModule, graph_name: str) -> CompiledFunction:
+            graph, plan, constants, returns = from_fx(aten, graph_name)
+            # The pieces of a model between its graph breaks (a decoder's layers between
+            # attention calls) are often the same graph but for its name: compiled once.
+            key = (device, json.dumps({**graph, "name": ""}, sort_keys=True))
+            compiled = pieces.get(key)
+            if compiled is None:
+                text = json.dumps(graph)
+                compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
+                pieces[key] = compiled
+                _stats.graphs += 1
+                _stats.compile_seconds += compiled.compile_seconds
+                if device == "cpu" and compiled.cache_use == "hit":
+                    _stats.cache_hits += 1
+            else:
+                _stats.reused += 1
+            fn = CompiledFunction(compiled, graph, plan, graph_name, device, constants, returns)
+            backend.compiled.append(fn)
+            return fn
+
+        def compile_segmented(aten: torch.fx.GraphModule, extern: set) -> SegmentedFunction:
+            """The graph's other nodes compiled around `extern`, which run through PyTorch. A
+            segment that names further nodes it cannot translate adds them, and the graph is cut
+            again."""
+            by_name = {n.name: n for n in aten.graph.nodes}
+            while True:
+                stages = segments.plan(aten, extern)
+                functions, compiled = [], len(backend.compiled)
+                try:
+                    for i, st in enumerate(stages):
+                        functions.append(compile_graph(st.module, f"{name}_segment{i}") if st.compiled else st.module)
+                except ExportError as e:
+                    more = {by_name[n.name] for n in e.nodes if n.name in by_name} - extern
+                    if not more:
+                        raise
+                    del backend.compiled[compiled:]
+                    extern |= more
+                    continue
+                fn = SegmentedFunction(aten, stages, functions, name, lambda: _stats)
+                backend.segmented.append(fn)
+                return fn
+
         def compile_forward(aten: torch.fx.GraphModule, _inputs):
             try:
-                graph, plan, constants, returns = from_fx(aten, name)
-                # The pieces of a model between its graph breaks (a decoder's layers between
-                # attention calls) are often the same graph but for its name: compiled once.
-                key = (device, json.dumps({**graph, "name": ""}, sort_keys=True))
-                compiled = pieces.get(key)
-                if compiled is None:
-                    text = json.dumps(graph)
-                    compiled = _native().compile_cuda(text) if device == "cuda" else _native().compile(text)
-                    pieces[key] = compiled
-                    _stats.graphs += 1
-                    _stats.compile_seconds += compiled.compile_seconds
-                    if device == "cpu" and compiled.cache_use == "hit":
-                        _stats.cache_hits += 1
-                else:
-                    _stats.reused += 1
+                try:
+                    return compile_graph(aten, name)
+                except ExportError as e:
+                    if not (extern_ops and e.nodes):
+                        raise
+                    return compile_segmented(aten, set(e.nodes))
             except (ExportError, GuardlessError) as e:
                 if not fallback:
                     raise
                 _fallback(name, str(e))
                 return aten
-            fn = CompiledFunction(compiled, graph, plan, name, device, constants, returns)
-            backend.compiled.append(fn)
-            return fn
 
         # Input mutations stay in the graph (`copy_` into the input, as for Inductor): guardless
         # writes them itself — a KV-cache update in place, only its new rows — instead of AOT
@@ -423,6 +467,7 @@ def make_backend(fallback: bool = True):
 
     pieces: dict = {}  # (device, the graph's JSON without its name) → its compiled program
     backend.compiled = []  # every CompiledFunction, for inspection (its .graph is the JSON)
+    backend.segmented = []  # every SegmentedFunction
     return backend
 
 

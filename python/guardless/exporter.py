@@ -46,7 +46,12 @@ _SYM_OPS = {
 
 
 class ExportError(Exception):
-    """What the exporter could not translate: every such node, with its op."""
+    """What the exporter could not translate: every such node, with its op. `nodes`: the FX call
+    nodes among them (what a graph may run through PyTorch instead, see `segments`)."""
+
+    def __init__(self, message: str, nodes: list | None = None):
+        super().__init__(message)
+        self.nodes = nodes or []
 
 
 def supported_ops() -> set[str]:
@@ -402,12 +407,14 @@ class _Writer:
         self.nodes: list[dict] = []
         self.asserts: list[str] = []
         self.errors: list[str] = []
+        # The call nodes it could not translate (each once: the root causes, not their users).
+        self.failed: list[torch.fx.Node] = []
         self.supported = supported_ops()
 
     def graph(self, name: str, symbols: list, inputs: list, outputs: list) -> dict:
         """The graph document, or an ExportError listing every node it could not translate."""
         if self.errors:
-            raise ExportError("cannot translate:\n  " + "\n  ".join(self.errors))
+            raise ExportError("cannot translate:\n  " + "\n  ".join(self.errors), self.failed)
         graph = {
             "format": "guardless-graph",
             "version": 1,
@@ -520,6 +527,7 @@ class _Writer:
         if len(self.errors) > before:
             # Its users refer to it by name, so the error list names each root cause once.
             self.refs.setdefault(n, {"tensor": self.name(n)})
+            self.failed.append(n)
 
     def _call(self, n: torch.fx.Node):
         t = n.target
