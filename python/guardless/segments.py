@@ -185,7 +185,16 @@ class SegmentedFunction:
         self._reads = [[slot[a] for a in st.inputs] for st in stages]
         self._writes = [[slot[n] for n in st.outputs] for st in stages]
         (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-        self._returns = [(True, slot[o]) if isinstance(o, torch.fx.Node) else (False, o) for o in output.args[0]]
+        # What the graph returns: a value computed in a stage or passed in (a slot), or a constant
+        # (None, a number, or a tensor attribute of the graph returned as it is).
+        self._returns = []
+        for o in output.args[0]:
+            if isinstance(o, torch.fx.Node) and o.op == "get_attr":
+                self._returns.append((False, getattr(gm, o.target)))
+            elif isinstance(o, torch.fx.Node):
+                self._returns.append((True, slot[o]))
+            else:
+                self._returns.append((False, o))
         self._extern = len(self.extern_ops)
 
     def __call__(self, *args):
