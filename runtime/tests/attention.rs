@@ -481,6 +481,72 @@ fn paged_attention_matches_the_reference_on_mixed_batches() {
     }
 }
 
+/// The caches as transformers' continuous batching pool gives them (`guardless.hf`): one pool
+/// holding keys and values, each a `select` + `slice` (at an offset) + `unsqueeze` view of it
+/// with blocks of one slot. The step reads the pool in place — no copy kernel in front
+/// (`compiled_alone`) — and matches the reference.
+#[test]
+fn paged_attention_reads_caches_that_are_views_of_a_pool() {
+    let f = Paged {
+        block_size: 1,
+        blocks: 300,
+        width: 260,
+        ..PAGED
+    };
+    let plain = paged_graph(f);
+    let text = format!(
+        r#"{{"format": "guardless-graph", "version": 1, "name": "pooled_paged_attention",
+            "symbols": [{{"name": "u0", "kind": "unbacked", "max": 100000, "optimization_hint": 16}},
+                        {{"name": "u1", "kind": "unbacked", "max": 4096, "optimization_hint": 8}}],
+            "inputs": [{{"name": "q", "dtype": "f32", "shape": ["u0", {h}, {d}]}},
+                       {{"name": "pool", "dtype": "f32", "shape": [2, {rows}, {hk}, {d}]}},
+                       {{"name": "table", "dtype": "i32", "shape": ["u1", {w}]}},
+                       {{"name": "lens", "dtype": "i32", "shape": ["u1"]}},
+                       {{"name": "starts", "dtype": "i32", "shape": ["u1 + 1"]}}],
+            "nodes": [
+              {{"name": "k0", "op": "aten.select.int", "args": {{"self": {{"tensor": "pool"}}, "dim": 0, "index": 0}}}},
+              {{"name": "k1", "op": "aten.slice.Tensor", "args": {{"self": {{"tensor": "k0"}}, "dim": 0, "start": 0, "end": {nb}}}}},
+              {{"name": "kc", "op": "aten.unsqueeze.default", "args": {{"self": {{"tensor": "k1"}}, "dim": 1}}}},
+              {{"name": "v0", "op": "aten.select.int", "args": {{"self": {{"tensor": "pool"}}, "dim": 0, "index": 1}}}},
+              {{"name": "v1", "op": "aten.slice.Tensor", "args": {{"self": {{"tensor": "v0"}}, "dim": 0, "start": 1, "end": {rows}}}}},
+              {{"name": "vc", "op": "aten.unsqueeze.default", "args": {{"self": {{"tensor": "v1"}}, "dim": 1}}}},
+              {{"name": "out", "op": "guardless.paged_attention.default",
+                "args": {{"query": {{"tensor": "q"}}, "key_cache": {{"tensor": "kc"}}, "value_cache": {{"tensor": "vc"}},
+                         "block_table": {{"tensor": "table"}}, "context_lens": {{"tensor": "lens"}},
+                         "query_start": {{"tensor": "starts"}}}}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#,
+        h = f.heads,
+        hk = f.kv_heads,
+        d = f.d,
+        nb = f.blocks,
+        rows = f.blocks + 1,
+        w = f.width
+    );
+    let g = Graph::from_json(&text).unwrap();
+    let (cpu, options) = compiled_alone(&g, "paged_attention", "pooled");
+    for (s, seqs) in [&[(1, 250), (5, 40), (2, 2)][..], &[(7, 7), (1, 1)]]
+        .into_iter()
+        .enumerate()
+    {
+        let what = format!("pooled caches on {seqs:?}");
+        // The sequences' data from the plain form; the pool random.
+        let (plain_inputs, values) = paged_inputs(&plain, f, seqs, s as u64);
+        let b = bindings_of(&what, &g, &values);
+        let mut inputs = random_inputs(&g, &b, 40 + s as u64, (-3, 7));
+        inputs[0] = plain_inputs[0].clone();
+        inputs[2..].clone_from_slice(&plain_inputs[3..]);
+        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
+        let want = reference::run(&g, &inputs, &b);
+        assert!(want.is_ok(), "{what}: {want:?}");
+        let got = cpu.run(&inputs, &b, &options);
+        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
+        assert!(
+            judge_accurate(&what, got, want, &values, true, Some(&ideal)),
+            "{what}: refused"
+        );
+    }
+}
+
 #[test]
 fn paged_attention_in_every_float_dtype_matches_the_reference() {
     for dtype in ["bf16", "f16", "f64"] {

@@ -275,6 +275,15 @@ fn paged_attention_runs_on_the_device_for_mixed_batches() {
         ..PAGED
     };
     let _ = check_paged("f64", f64_, &[&[(2, 30), (7, 7)]]);
+    // Blocks of one slot (guardless.hf's tables: each key's slot from the step's read index),
+    // a decode over a long context, a chunked prefill and a short prefill.
+    let slots = Paged {
+        block_size: 1,
+        blocks: 700,
+        width: 640,
+        ..PAGED
+    };
+    let _ = check_paged("slots", slots, &[&[(1, 600), (5, 40), (2, 2)]]);
 }
 
 /// Bad sequence data on the device: the run fails with the rule's message (the kernel reads

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use super::views::assert_equal;
 use super::{Ctx, LTensor, Loader, Lowerer, NodeError};
+use crate::loop_ir::{BufferId, Layout};
 use crate::sym::Expr;
 
 type R<T> = Result<T, NodeError>;
@@ -124,6 +125,7 @@ pub(super) fn slice(
     let len = l.env.simplify(len);
     let mut sizes = x.sizes.clone();
     sizes[dim] = len;
+    let strided = sliced_layout(l, &x, dim, start, len, step);
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
@@ -132,7 +134,59 @@ pub(super) fn slice(
         src[dim] = p.add(start, scaled);
         inner(c, &src)
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    Ok(t)
+}
+
+/// The strided view of elements `start..start + len` of dimension `dim` of `x`'s, when `x` is one
+/// and `step` is 1: an extern kernel then reads the slice in place. (A slice with a step makes
+/// its dimension's stride a multiple; a library call — cuBLAS — may need that dimension dense:
+/// such a slice is copied into a dense buffer first, as before.)
+fn sliced_layout(
+    l: &mut Lowerer,
+    x: &LTensor,
+    dim: usize,
+    start: Expr,
+    len: Expr,
+    step: i64,
+) -> Option<(BufferId, Layout)> {
+    let (base, layout) = x.strided.as_ref()?;
+    if step != 1 {
+        return None;
+    }
+    let mut v = layout.clone();
+    let p = l.env.pool_mut();
+    let skipped = p.mul(start, layout.strides[dim]);
+    let offset = p.add(layout.offset, skipped);
+    v.offset = l.env.simplify(offset);
+    v.sizes[dim] = len;
+    Some((*base, v))
+}
+
+/// The strided view without dimension `dim` (at position `at` of it) of `x`'s, when `x` is one
+/// and that dimension is not its dense one (stride 1 over more than one element: dropping it
+/// would leave a view no library call reads without a dense dimension; it is copied, as before).
+fn selected_layout(
+    l: &mut Lowerer,
+    x: &LTensor,
+    dim: usize,
+    at: Expr,
+) -> Option<(BufferId, Layout)> {
+    let (base, layout) = x.strided.as_ref()?;
+    let dense = l.env.pool().as_const(layout.strides[dim]) == Some(1)
+        && l.env.pool().as_const(layout.sizes[dim]) != Some(1);
+    if dense {
+        return None;
+    }
+    let mut v = layout.clone();
+    let p = l.env.pool_mut();
+    let skipped = p.mul(at, layout.strides[dim]);
+    let offset = p.add(layout.offset, skipped);
+    v.offset = l.env.simplify(offset);
+    v.sizes.remove(dim);
+    v.strides.remove(dim);
+    Some((*base, v))
 }
 
 /// `select(dim, index)`: a negative index counts from the end; an index out of range is a runtime
@@ -154,13 +208,16 @@ pub(super) fn select(l: &mut Lowerer, x: LTensor, dim: usize, index: Expr) -> R<
     let at = wrap_index(l, index, size);
     let mut sizes = x.sizes.clone();
     sizes.remove(dim);
+    let strided = selected_layout(l, &x, dim, at);
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
         src.insert(dim, at);
         inner(c, &src)
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    Ok(t)
 }
 
 /// `split`, `split_with_sizes`, `unbind`: slices of `x` along `dim`. The number of pieces must be
@@ -286,26 +343,33 @@ fn slice_at(l: &mut Lowerer, x: LTensor, dim: usize, start: Expr, len: Expr) -> 
     let len = l.env.simplify(len);
     let mut sizes = x.sizes.clone();
     sizes[dim] = len;
+    let strided = sliced_layout(l, &x, dim, start, len, 1);
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
         src[dim] = c.env.pool_mut().add(start, idx[dim]);
         inner(c, &src)
     });
-    LTensor::lazy(x.dtype, sizes, loader)
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    t
 }
 
 /// Drops dimension `dim`, known to have size 1.
-fn squeeze_known(_l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
+fn squeeze_known(l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
     let mut sizes = x.sizes.clone();
     sizes.remove(dim);
+    let zero = l.env.pool().zero();
+    let strided = selected_layout(l, &x, dim, zero);
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
         src.insert(dim, c.env.pool_mut().zero());
         inner(c, &src)
     });
-    LTensor::lazy(x.dtype, sizes, loader)
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    t
 }
 
 /// `cat`: each element comes from the input whose range along `dim` holds it; every input is read

@@ -285,14 +285,29 @@ pub(super) fn permute(x: LTensor, dims: &[i64]) -> R<LTensor> {
 
 pub(super) fn unsqueeze(l: &mut Lowerer, x: LTensor, dim: usize) -> LTensor {
     let mut sizes = x.sizes.clone();
-    sizes.insert(dim, l.env.pool_mut().one());
+    let one = l.env.pool_mut().one();
+    sizes.insert(dim, one);
+    // A strided view stays one: the new dimension's stride is what a contiguous tensor's would
+    // be (it is never stepped along).
+    let strided = x.strided.as_ref().map(|(base, layout)| {
+        let mut v = layout.clone();
+        let stride = match layout.strides.get(dim) {
+            Some(&s) => l.env.pool_mut().mul(s, layout.sizes[dim]),
+            None => one,
+        };
+        v.sizes.insert(dim, one);
+        v.strides.insert(dim, l.env.simplify(stride));
+        (*base, v)
+    });
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let mut src = idx.to_vec();
         src.remove(dim);
         inner(c, &src)
     });
-    LTensor::lazy(x.dtype, sizes, loader)
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    t
 }
 
 /// Drops the listed dimensions whose size is 1. An unbacked size is never 1 for this purpose — a
@@ -324,6 +339,18 @@ pub(super) fn squeeze(l: &mut Lowerer, x: LTensor, dims: &[usize]) -> R<LTensor>
         .filter(|p| *p.1)
         .map(|p| *p.0)
         .collect();
+    // A strided view without the dropped dimensions (each of size 1) is still one.
+    let strided = x.strided.as_ref().map(|(base, layout)| {
+        let kept = |v: &[Expr]| -> Vec<Expr> {
+            v.iter().zip(&keep).filter(|p| *p.1).map(|p| *p.0).collect()
+        };
+        let v = crate::loop_ir::Layout {
+            sizes: kept(&layout.sizes),
+            strides: kept(&layout.strides),
+            offset: layout.offset,
+        };
+        (*base, v)
+    });
     let inner = x.loader.clone();
     let loader: Loader = Rc::new(move |c: &mut Ctx, idx: &[Expr]| {
         let zero = c.env.pool_mut().zero();
@@ -334,7 +361,9 @@ pub(super) fn squeeze(l: &mut Lowerer, x: LTensor, dims: &[usize]) -> R<LTensor>
             .collect();
         inner(c, &src)
     });
-    Ok(LTensor::lazy(x.dtype, sizes, loader))
+    let mut t = LTensor::lazy(x.dtype, sizes, loader);
+    t.strided = strided;
+    Ok(t)
 }
 
 pub(super) fn expand(l: &mut Lowerer, x: LTensor, sizes: &[Expr]) -> R<LTensor> {
