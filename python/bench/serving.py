@@ -11,7 +11,9 @@ then: `first s`, two short requests, one at the workload's longest prompt), then
 contestants; medians over rounds of output tokens/s (generated tokens over the round's wall
 time), time to first token and inter-token latency (p50 and p99 over the round's requests).
 guardless runs with `guardless.hf.continuous_batching_config` inside
-`guardless.hf.paged_cache_in_graph()` (one graph per run); Inductor and eager take transformers'
+`guardless.hf.paged_cache_in_graph()` (one graph per run; its attention is guardless's paged
+attention over the pool; `guardless-gather`: transformers' SDPA over keys gathered out of the
+pool, `paged_cache_in_graph(attention="transformers")`); Inductor and eager take transformers'
 defaults. `graphs`: the graphs Dynamo compiled for the engine over the whole run. The tokens of every engine are compared with eager's.
 One thread everywhere (`torch.set_num_threads(1)`, `RAYON_NUM_THREADS=1`) unless `--threads`.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import random
 import statistics
@@ -85,12 +88,16 @@ class Engine:
         if name == "inductor":
             kw["varlen_compile_config"] = CompileConfig(backend="inductor", dynamic=True, mode="default")
         sizes = dict(num_blocks=blocks, page_size=args.page_size, max_batch_tokens=args.max_batch_tokens)
-        if name == "guardless":
+        if name.startswith("guardless"):
             cb = guardless.hf.continuous_batching_config(**sizes)
         else:
             cb = ContinuousBatchingConfig(**sizes, **kw)
         gen = GenerationConfig(do_sample=False, max_new_tokens=args.output[1], eos_token_id=None, pad_token_id=0)
-        self.context = guardless.hf.paged_cache_in_graph if name == "guardless" else contextlib.nullcontext
+        if name.startswith("guardless"):
+            attention = "transformers" if name == "guardless-gather" else "guardless"
+            self.context = functools.partial(guardless.hf.paged_cache_in_graph, attention=attention)
+        else:
+            self.context = contextlib.nullcontext
         self.manager = model.init_continuous_batching(gen, cb)
         self.manager.start()
         self.torch = torch
@@ -212,8 +219,8 @@ def main():
         med = [statistics.median(x[k] for x in rs) for k in range(5)]
         c = compile_s.get(name)
         # Dynamo's graphs over the whole run (warmup and rounds), and for guardless the graphs it
-        # handed back to eager.
-        fell = len(guardless.fallbacks()) if name == "guardless" else 0
+        # handed back to eager (both guardless engines' together).
+        fell = len(guardless.fallbacks()) if name.startswith("guardless") else 0
         count = "" if name not in graphs else f"{graphs[name]}" + (f" ({fell} fell back)" if fell else "")
         same = "" if "eager" not in tokens else ("yes" if tokens[name] == tokens["eager"] else "no")
         ratio = f"{med[0] / eager_tps:.2f}" if eager_tps else ""

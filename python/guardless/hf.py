@@ -42,7 +42,9 @@ import threading
 
 _lock = threading.Lock()
 _depth = 0
-_replaced = {}  # (class, attribute) → transformers' own, while the context is entered
+# (class, attribute) → transformers' own, while the context is entered; (AttentionInterface,
+# "sdpa") → its global mapping's SDPA function.
+_replaced = {}
 
 
 def _cache_class():
@@ -113,12 +115,96 @@ def _traced_step(compute_batch):
     return step
 
 
+# The key under which the paged cache's update hands a full-attention layer's cache to the
+# attention function (in the kwargs transformers passes from one to the other).
+_KV = "guardless_paged_kv"
+# Attention features the paged op does not have: a call that uses one goes to transformers' SDPA.
+_UNSUPPORTED = ("sliding_window", "softcap", "s_aux", "position_bias")
+
+
+def _paged_update(update):
+    """transformers' cache update (`update`, its traced form), which also hands the attention
+    function what it needs to read a full-attention layer's keys and values where they lie in
+    the pool: the layer's key and value rows (`[slots, Hkv, D]` views of the pool) and the slots
+    each sequence's keys are in, in order (the read index; for a step of prefills only, which
+    reads nothing back, the write index). The update still gathers the keys for attention
+    functions that want them; a graph whose attention does not read them drops the gather."""
+
+    def update_(self, key_states, value_states, layer_idx, kwargs):
+        out = update(self, key_states, value_states, layer_idx, kwargs)
+        allocator = self.layer_to_allocator[layer_idx]
+        views = getattr(allocator, "_kv_token_views", None)
+        if kwargs.get("block_table") is None and views is not None and allocator.layer_type == "full_attention":
+            read = kwargs["read_index"][allocator.index]
+            slots = read if read.numel() > 0 else kwargs["write_index"][allocator.index]
+            k, v = views[layer_idx]
+            rows = min(k.shape[0], v.shape[0])
+            kwargs[_KV] = (k[:rows], v[:rows], slots)
+        return out
+
+    update_.__wrapped__ = update
+    return update_
+
+
+def paged_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """An attention function for transformers' `AttentionInterface` (registered as
+    `"guardless_paged"`; inside `paged_cache_in_graph()` also what `"sdpa"` runs): in a
+    continuous batching step, `torch.ops.guardless.paged_attention` over the cache pool itself —
+    keys and values read in place through a block table of one-slot blocks built from the
+    step's read index, grouped-query heads read without a copy, causal per sequence — instead of
+    gathering every sequence's keys out of the pool, repeating them per query head and masking a
+    `[tokens, keys]` matrix. Anything else (no paged cache, a sliding window, a soft cap, attention
+    sinks, dropout, a cache whose dtype is not the queries') goes to transformers' SDPA."""
+    import torch
+
+    import guardless.ops  # noqa: F401  (registers torch.ops.guardless)
+
+    kv = kwargs.pop(_KV, None)
+    plain = (kv is None or dropout or query.shape[0] != 1 or kv[0].dtype != query.dtype
+             or any(kwargs.get(k) is not None for k in _UNSUPPORTED))
+    if plain:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    k_rows, v_rows, slots = kv
+    cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
+    tokens = query.shape[2]
+    # Tokens after the last sequence's (transformers pads a step's tokens) form one more
+    # sequence, over as many keys as it has queries (slots it only reads; its rows are unused).
+    starts = torch.cat([cu_q, cu_q.new_full((1,), tokens)])
+    padding = (tokens - cu_q[-1:]).to(cu_k.dtype)
+    lens = torch.cat([cu_k[1:] - cu_k[:-1], padding])
+    # Sequence s's key j is in slot slots[cu_k[s] + j]: a block table of one-slot blocks, as wide
+    # as the longest sequence or the step's token count (which bounds the padding's), whichever
+    # is more.
+    width = max(kwargs["max_length_k"], tokens)
+    at = cu_k[:, None].to(torch.int64) + torch.arange(width, device=slots.device)[None, :]
+    table = slots[at.clamp(max=slots.shape[0] - 1)].to(torch.int32)
+    out = torch.ops.guardless.paged_attention(
+        query[0].transpose(0, 1), k_rows.unsqueeze(1), v_rows.unsqueeze(1), table, lens, starts, scale=scaling)
+    return out.unsqueeze(0), None
+
+
+def register_attention():
+    """Registers `paged_attention_forward` with transformers' `AttentionInterface` as
+    `"guardless_paged"` (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("guardless_paged", paged_attention_forward)
+
+
 @contextlib.contextmanager
-def paged_cache_in_graph():
+def paged_cache_in_graph(attention="guardless"):
     """Within it, `torch.compile` traces transformers' paged-cache update instead of breaking the
-    graph around it, and traces a step as `_traced_step` says (nested and concurrent uses share
-    one switch; leaving the last restores transformers' own)."""
+    graph around it, and traces a step as `_traced_step` says; with `attention="guardless"` (the
+    default) a step's SDPA attention over the paged cache is `paged_attention_forward` (guardless's
+    paged attention, reading the pool in place), with `attention="transformers"` transformers'
+    own (keys gathered out of the pool). Nested and concurrent uses share one switch, set by the
+    first; leaving the last restores transformers' own."""
     global _depth
+    if attention not in ("guardless", "transformers"):
+        raise ValueError(f"paged_cache_in_graph: attention must be 'guardless' or 'transformers', not {attention!r}")
     cls = _cache_class()
     runner = _model_runner_class()
     with _lock:
@@ -132,8 +218,18 @@ def paged_cache_in_graph():
             compute_batch = runner.__dict__["compute_batch"]
             _replaced[cls, "update"] = update
             _replaced[runner, "compute_batch"] = compute_batch
-            cls.update = traced
             runner.compute_batch = _traced_step(compute_batch)
+            if attention == "guardless":
+                from transformers import AttentionInterface
+
+                register_attention()
+                # The global mapping, as transformers' `register` writes it (no setter for one key).
+                functions = AttentionInterface._global_mapping
+                _replaced[AttentionInterface, "sdpa"] = functions["sdpa"]
+                functions["sdpa"] = paged_attention_forward
+                cls.update = _paged_update(traced)
+            else:
+                cls.update = traced
         _depth += 1
     try:
         yield
@@ -142,5 +238,8 @@ def paged_cache_in_graph():
             _depth -= 1
             if _depth == 0:
                 for (owner, attr), own in _replaced.items():
-                    setattr(owner, attr, own)
+                    if attr == "sdpa":
+                        owner._global_mapping[attr] = own
+                    else:
+                        setattr(owner, attr, own)
                 _replaced.clear()
