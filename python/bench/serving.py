@@ -222,7 +222,15 @@ def main():
         # handed back to eager (both guardless engines' together).
         fell = len(guardless.fallbacks()) if name.startswith("guardless") else 0
         count = "" if name not in graphs else f"{graphs[name]}" + (f" ({fell} fell back)" if fell else "")
-        same = "" if "eager" not in tokens else ("yes" if tokens[name] == tokens["eager"] else "no")
+        if "eager" not in tokens:
+            same = ""
+        elif tokens[name] == tokens["eager"]:
+            same = "yes"
+        else:  # how many requests match, and the earliest position where one differs
+            pairs = list(zip(tokens[name], tokens["eager"]))
+            firsts = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                      for a, b in pairs if a != b]
+            same = f"no: {len(pairs) - len(firsts)}/{len(pairs)} requests, first difference at token {min(firsts)}"
         ratio = f"{med[0] / eager_tps:.2f}" if eager_tps else ""
         ms = lambda v: "" if v != v else f"{v * 1e3:.1f}"  # noqa: E731  (NaN: not measured)
         print(f"| {name} | {med[0]:.1f} | {ratio} | {ms(med[1])} | {ms(med[2])} | {ms(med[3])} | "

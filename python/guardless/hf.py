@@ -153,15 +153,16 @@ def paged_attention_forward(module, query, key, value, attention_mask, dropout=0
     keys and values read in place through a block table of one-slot blocks built from the
     step's read index, grouped-query heads read without a copy, causal per sequence — instead of
     gathering every sequence's keys out of the pool, repeating them per query head and masking a
-    `[tokens, keys]` matrix. Anything else (no paged cache, a sliding window, a soft cap, attention
-    sinks, dropout, a cache whose dtype is not the queries') goes to transformers' SDPA."""
+    `[tokens, keys]` matrix. Anything else (no paged cache, a module that is not causal, a sliding
+    window, a soft cap, attention sinks, dropout, a cache whose dtype is not the queries') goes to
+    transformers' SDPA."""
     import torch
 
     import guardless.ops  # noqa: F401  (registers torch.ops.guardless)
 
     kv = kwargs.pop(_KV, None)
     plain = (kv is None or dropout or query.shape[0] != 1 or kv[0].dtype != query.dtype
-             or any(kwargs.get(k) is not None for k in _UNSUPPORTED))
+             or not getattr(module, "is_causal", True) or any(kwargs.get(k) is not None for k in _UNSUPPORTED))
     if plain:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
