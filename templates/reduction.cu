@@ -63,6 +63,15 @@ extern "C" __global__ void __launch_bounds__({{ bounds }}) {{ entry }}({{ params
 {{ pass.vector_stores }}
     }
 {%- else %}
+{%- if pass.prefetch %}
+    // The thread's {{ lpt }} elements of each contiguous input, loaded together (predicated on the row's end) before any is used.
+{{ pass.prefetch_decls }}
+    if (gl_active) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.prefetch }}
+    }
+{%- endif %}
 {{ pass.unroll }}
     for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
       const {{ idx }} gl_r = gl_c + gl_l;

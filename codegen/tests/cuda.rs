@@ -659,11 +659,41 @@ fn assert_tensor_cores<T>(
     dtype: &str,
     units: &[(guardless_codegen::nvrtc::Compiled, T)],
 ) {
-    let dir = std::env::temp_dir().join(format!("guardless_sass_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let Some(functions) = sass_functions(what, units) else {
+        return;
+    };
     let mut seen = 0;
+    for (name, f) in &functions {
+        if !name.starts_with("attention") || name.ends_with("_merge") {
+            continue;
+        }
+        seen += 1;
+        let hmma = f.lines().filter(|l| l.contains("HMMA.16816.F32")).count();
+        match dtype {
+            "f16" | "bf16" => assert!(hmma > 0, "{what}: {name} has no HMMA.16816.F32"),
+            _ => assert_eq!(hmma, 0, "{what}: {name} uses the tensor cores"),
+        }
+    }
+    assert!(seen >= 2, "{what}: {seen} attention functions in the SASS");
+}
+
+/// Every function's SASS in `units` (name, text), read with the pinned toolchain's `cuobjdump`;
+/// `None` (reported skipped) without it, unless .tools/env is in force.
+fn sass_functions<T>(
+    what: &str,
+    units: &[(guardless_codegen::nvrtc::Compiled, T)],
+) -> Option<Vec<(String, String)>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "guardless_sass_{}_{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut functions = Vec::new();
     for (i, (c, _)) in units.iter().enumerate() {
-        let path = dir.join(format!("{dtype}_{i}.cubin"));
+        let path = dir.join(format!("{i}.cubin"));
         std::fs::write(&path, &c.cubin).unwrap();
         let out = match std::process::Command::new("cuobjdump")
             .arg("-sass")
@@ -678,7 +708,8 @@ fn assert_tensor_cores<T>(
                 );
                 use std::io::Write;
                 let _ = writeln!(std::io::stderr(), "\ntest-skipped: cuobjdump: {e}");
-                return;
+                let _ = std::fs::remove_dir_all(&dir);
+                return None;
             }
         };
         assert!(
@@ -689,20 +720,95 @@ fn assert_tensor_cores<T>(
         let sass = String::from_utf8(out.stdout).unwrap();
         // Each function's SASS follows its "Function : NAME" line.
         for f in sass.split("Function : ").skip(1) {
-            let name = f.split_whitespace().next().unwrap_or("");
-            if !name.starts_with("attention") || name.ends_with("_merge") {
-                continue;
-            }
-            seen += 1;
-            let hmma = f.lines().filter(|l| l.contains("HMMA.16816.F32")).count();
-            match dtype {
-                "f16" | "bf16" => assert!(hmma > 0, "{what}: {name} has no HMMA.16816.F32"),
-                _ => assert_eq!(hmma, 0, "{what}: {name} uses the tensor cores"),
-            }
+            let name = f.split_whitespace().next().unwrap_or("").to_string();
+            functions.push((name, f.to_string()));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(seen >= 2, "{what}: {seen} attention functions in the SASS");
+    Some(functions)
+}
+
+/// The longest run of global loads in a function's SASS with no branch between them: how many
+/// loads a thread has in flight at once, at most.
+fn loads_issued_together(sass: &str) -> usize {
+    let (mut run, mut best) = (0, 0);
+    for line in sass.lines() {
+        if line.contains("LDG.") {
+            run += 1;
+            best = best.max(run);
+        } else if line.contains(" BRA ") || line.contains("EXIT") {
+            run = 0;
+        }
+    }
+    best
+}
+
+/// Few long rows (a vocabulary-wide softmax, argmax and sampling at decode sizes) are split over
+/// full blocks of 256 threads, and each thread issues its chunk's loads together before using
+/// them — the split and the looped variants alike, scalar (an odd vocabulary: loads predicated on
+/// the row's end) and vector (16-byte words). Before: blocks of 32 threads, each load issued,
+/// branched on and used before the next.
+#[test]
+fn long_row_reductions_fill_blocks_and_keep_loads_in_flight() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    use guardless_codegen::schedule::Strategy;
+    if toolchain().is_none() {
+        return;
+    }
+    let softmax = |dtype: &str, len: i64| {
+        format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "vocab_softmax",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 1, "max": 4096, "optimization_hint": 1}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", {len}]}}],
+            "nodes": [{{"name": "out", "op": "aten._softmax.default",
+                "args": {{"self": {{"tensor": "x"}}, "dim": -1, "half_to_float": false}}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#
+        )
+    };
+    let cases = [
+        ("sampler, hint 1", with_hint("sampler", "unbacked", 1), 1),
+        ("sampler, hint 8", with_hint("sampler", "unbacked", 8), 1),
+        ("f32 softmax over 151936", softmax("f32", 151936), 4),
+        ("bf16 softmax over 128256", softmax("bf16", 128256), 2),
+    ];
+    for (what, text, words) in cases {
+        let g = Graph::from_json(&text).unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90").unwrap();
+        let Some(sass) = sass_functions(what, &built.units) else {
+            return;
+        };
+        assert_eq!(s.kernels.len(), 1, "{what}");
+        let k = &s.kernels[0];
+        let split = k
+            .variants
+            .iter()
+            .find(|v| matches!(v.config.strategy, Strategy::Split { .. }))
+            .unwrap_or_else(|| panic!("{what}: no split variant"));
+        assert!(split.config.threads >= 256, "{what}: {:?}", split.config);
+        for entry in &built.module.entries {
+            let Some((_, vi)) = entry.kernel_variant() else {
+                continue;
+            };
+            let v = &k.variants[vi];
+            let (_, f) = sass
+                .iter()
+                .find(|(n, _)| *n == entry.name)
+                .unwrap_or_else(|| panic!("{what}: no SASS of {}", entry.name));
+            let lanes = (v.config.lanes / v.config.threads_per_row) as usize;
+            // A scalar variant loads each of its lanes; a vector one 16-byte words.
+            let want = if v.config.vector > 1 { words } else { lanes };
+            let together = loads_issued_together(f);
+            assert!(
+                together >= want,
+                "{what}: {} ({}) issues at most {together} loads together, want {want}",
+                entry.name,
+                v.config.strategy
+            );
+        }
+    }
 }
 
 /// Names reach generated code only through `text::comment` and `text::identifier`: buffer and

@@ -247,81 +247,126 @@ fn every_variant_of_every_example_runs_where_the_launcher_selects_it() {
             continue;
         }
         let g = Graph::from_json(&examples::example(&file)).unwrap();
-        let mut p = lower_of(&g);
-        let s = schedule(&mut p);
-        let m = generate(&mut p, &s);
-        let c = emu::build_sanitized(&file, &p, &m);
-        for ki in 0..s.kernels.len() {
-            let k = &s.kernels[ki];
-            let syms = kernel_symbols(&p, &s, &m, ki);
-            let all_aligned: FxHashSet<BufferId> = FxHashSet::default();
-            let vector_buffers: FxHashSet<BufferId> = k
-                .variants
-                .iter()
-                .flat_map(|v| v.aligned.iter().map(|&a| root(&p, a)))
-                .collect();
-            let modes = [all_aligned, vector_buffers];
-            let (cands, edges) = candidates(&p, &s, &m, ki, &syms, &modes);
-            // Per variant: the cheapest candidate that selects it, in either mode.
-            let mut best: FxHashMap<usize, (i64, usize, usize)> = FxHashMap::default();
-            for (ci, b) in cands.iter().enumerate() {
-                for (mi, mis) in modes.iter().enumerate() {
-                    if let Some(vi) = selected(&p, &s, &m, ki, b, mis) {
-                        // A launch with no blocks checks nothing.
-                        if p.env.evaluate(k.variants[vi].grid, b).unwrap_or(0) <= 0 {
-                            continue;
-                        }
-                        let c = cost(b, &syms);
-                        if best.get(&vi).is_none_or(|&(bc, _, _)| c < bc) {
-                            best.insert(vi, (c, ci, mi));
-                        }
+        total += check_every_variant(&file, &g, &mut runs);
+    }
+    println!("variants checked: {total} ({runs} runs)");
+}
+
+/// Runs every variant of every kernel of `g` where the launcher picks it (the cheapest sizes
+/// that select it, aligned or misaligned, then both sides of every boundary) against the
+/// interpreter; returns how many variants were covered, counting the runs in `runs`.
+fn check_every_variant(file: &str, g: &Graph, runs: &mut usize) -> usize {
+    let mut total = 0;
+    let mut p = lower_of(g);
+    let s = schedule(&mut p);
+    let m = generate(&mut p, &s);
+    let c = emu::build_sanitized(file, &p, &m);
+    for ki in 0..s.kernels.len() {
+        let k = &s.kernels[ki];
+        let syms = kernel_symbols(&p, &s, &m, ki);
+        let all_aligned: FxHashSet<BufferId> = FxHashSet::default();
+        let vector_buffers: FxHashSet<BufferId> = k
+            .variants
+            .iter()
+            .flat_map(|v| v.aligned.iter().map(|&a| root(&p, a)))
+            .collect();
+        let modes = [all_aligned, vector_buffers];
+        let (cands, edges) = candidates(&p, &s, &m, ki, &syms, &modes);
+        // Per variant: the cheapest candidate that selects it, in either mode.
+        let mut best: FxHashMap<usize, (i64, usize, usize)> = FxHashMap::default();
+        for (ci, b) in cands.iter().enumerate() {
+            for (mi, mis) in modes.iter().enumerate() {
+                if let Some(vi) = selected(&p, &s, &m, ki, b, mis) {
+                    // A launch with no blocks checks nothing.
+                    if p.env.evaluate(k.variants[vi].grid, b).unwrap_or(0) <= 0 {
+                        continue;
+                    }
+                    let c = cost(b, &syms);
+                    if best.get(&vi).is_none_or(|&(bc, _, _)| c < bc) {
+                        best.insert(vi, (c, ci, mi));
                     }
                 }
-            }
-            // Every variant where it is cheapest to reach, then both sides of every boundary.
-            let mut plan: Vec<(usize, usize, usize)> = Vec::new();
-            for vi in 0..k.variants.len() {
-                let Some(&(_, ci, mi)) = best.get(&vi) else {
-                    panic!(
-                        "{file}: {} variant {vi} is selected at no size in range ({} candidates)",
-                        k.name,
-                        cands.len()
-                    );
-                };
-                plan.push((vi, ci, mi));
-            }
-            for &ci in &edges {
-                if let Some(vi) = selected(&p, &s, &m, ki, &cands[ci], &modes[0]) {
-                    if !plan.iter().any(|&(v, c, _)| v == vi && c == ci) {
-                        plan.push((vi, ci, 0));
-                    }
-                }
-            }
-            let mut covered = FxHashSet::default();
-            for (vi, ci, mi) in plan {
-                let b = &cands[ci];
-                let at: Vec<String> = syms
-                    .iter()
-                    .map(|&id| format!("{}={}", p.env.symbol_name(id), b.get(id).unwrap()))
-                    .collect();
-                let r = check_variant(&p, &s, &m, &c, ki, vi, b, &modes[mi], 1 + runs as u64)
-                    .unwrap_or_else(|e| panic!("{file} at {}: {e}", at.join(" ")));
-                println!(
-                    "{file}: {} v{vi} at {}{}: {} of {} blocks, {} rows, {} elements",
-                    k.name,
-                    at.join(" "),
-                    if mi == 1 { " (misaligned)" } else { "" },
-                    r.blocks,
-                    r.grid,
-                    r.rows,
-                    r.elements
-                );
-                if covered.insert(vi) {
-                    total += 1;
-                }
-                runs += 1;
             }
         }
+        // Every variant where it is cheapest to reach, then both sides of every boundary.
+        let mut plan: Vec<(usize, usize, usize)> = Vec::new();
+        for vi in 0..k.variants.len() {
+            let Some(&(_, ci, mi)) = best.get(&vi) else {
+                panic!(
+                    "{file}: {} variant {vi} is selected at no size in range ({} candidates)",
+                    k.name,
+                    cands.len()
+                );
+            };
+            plan.push((vi, ci, mi));
+        }
+        for &ci in &edges {
+            if let Some(vi) = selected(&p, &s, &m, ki, &cands[ci], &modes[0]) {
+                if !plan.iter().any(|&(v, c, _)| v == vi && c == ci) {
+                    plan.push((vi, ci, 0));
+                }
+            }
+        }
+        let mut covered = FxHashSet::default();
+        for (vi, ci, mi) in plan {
+            let b = &cands[ci];
+            let at: Vec<String> = syms
+                .iter()
+                .map(|&id| format!("{}={}", p.env.symbol_name(id), b.get(id).unwrap()))
+                .collect();
+            let r = check_variant(&p, &s, &m, &c, ki, vi, b, &modes[mi], 1 + *runs as u64)
+                .unwrap_or_else(|e| panic!("{file} at {}: {e}", at.join(" ")));
+            println!(
+                "{file}: {} v{vi} at {}{}: {} of {} blocks, {} rows, {} elements",
+                k.name,
+                at.join(" "),
+                if mi == 1 { " (misaligned)" } else { "" },
+                r.blocks,
+                r.grid,
+                r.rows,
+                r.elements
+            );
+            if covered.insert(vi) {
+                total += 1;
+            }
+            *runs += 1;
+        }
+    }
+    total
+}
+
+const LONG_ROWS: &str = "long_row_reductions_run_every_variant_where_the_launcher_selects_it";
+
+/// Vocabulary-wide softmaxes at decode sizes (split over blocks when the rows are few, looped
+/// otherwise): every variant where the launcher picks it, sanitized. f32 rows are chunks of four
+/// 16-byte words per thread, bf16 rows two; their scalar variants (misaligned inputs) prefetch
+/// a thread's elements predicated on the row's end.
+#[test]
+fn long_row_reductions_run_every_variant_where_the_launcher_selects_it() {
+    if let Some(out) = emu::sanitized(LONG_ROWS, &[]) {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        print!("{stdout}");
+        assert!(
+            out.status.success() && stdout.contains("variants checked: 8 "),
+            "the sanitized run failed ({:?}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let mut total = 0;
+    let mut runs = 0;
+    for (dtype, len) in [("f32", 151936), ("bf16", 128256)] {
+        let g = Graph::from_json(&format!(
+            r#"{{"format": "guardless-graph", "version": 1, "name": "vocab_softmax",
+            "symbols": [{{"name": "n", "kind": "unbacked", "min": 1, "max": 64, "optimization_hint": 1}}],
+            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", {len}]}}],
+            "nodes": [{{"name": "out", "op": "aten._softmax.default",
+                "args": {{"self": {{"tensor": "x"}}, "dim": -1, "half_to_float": false}}}}],
+            "outputs": [{{"tensor": "out"}}]}}"#
+        ))
+        .unwrap();
+        total += check_every_variant(&format!("{dtype}_softmax_{len}"), &g, &mut runs);
     }
     println!("variants checked: {total} ({runs} runs)");
 }

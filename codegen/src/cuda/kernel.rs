@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use guardless_ir::graph::DType;
-use guardless_ir::loop_ir::{BufferId, BufferKind, Program, ReductionKind};
+use guardless_ir::loop_ir::{Body, BufferId, BufferKind, Program, ReductionKind};
 use guardless_ir::sym::{cuda_symbol, CPrinter, Expr, SymbolId};
 
 use super::body::{self, compute_type, identity, storage_type, Read, Scope};
@@ -144,6 +144,15 @@ pub(super) fn render_bodies(
     let innermost = k.vars.last().copied();
     let (mut vector_decls, mut vector_loads, mut vector_stores) =
         (String::new(), String::new(), String::new());
+    // A scalar looped or split reduction over one dimension loads a thread's `lpt` elements of
+    // each contiguous input together (predicated on the row's end) before using any of them:
+    // `lpt` loads in flight instead of one load, a branch and its use at a time.
+    let prefetch = reduction
+        && !vectorize
+        && k.inner.len() == 1
+        && matches!(c.strategy, Strategy::Looped | Strategy::Split { .. })
+        && lpt > 1;
+    let mut prefetched: Vec<(&'static str, String)> = Vec::new();
     // A persistent variant keeps the row in registers: each thread's share of an input read in
     // several passes is loaded once (first pass) into `gl_cN[chunk][lane]` and read from there
     // after. A thread handles at most `steps` chunks of `lpt` elements (the row bound).
@@ -202,17 +211,22 @@ pub(super) fn render_bodies(
                     }
                 }
             }
-            if let (true, Some(v)) = (vectorize, innermost) {
-                // Variables bound in the body from loaded indices (gather, embedding) exist only
-                // inside the element loop: a load whose address uses one cannot move ahead of it.
-                let bound: Vec<SymbolId> = body
-                    .ops
-                    .iter()
-                    .filter_map(|&(op, _)| match op {
-                        guardless_ir::loop_ir::Op::Bind { var, .. } => p.env.pool().as_symbol(var),
-                        _ => None,
-                    })
-                    .collect();
+            if let (true, Some(v)) = (prefetch, innermost) {
+                let memory = |b: BufferId| matches!(read(b), Read::Memory(_));
+                let out = Prefetch {
+                    arrays: &mut prefetched,
+                    values: &mut vloads,
+                };
+                prefetch_member(
+                    p,
+                    hoister,
+                    (body, &member_vars[mi]),
+                    (v, &printer),
+                    (&memory, pointers),
+                    out,
+                );
+            } else if let (true, Some(v)) = (vectorize, innermost) {
+                let bound = bound_vars(p, body);
                 for (i, buffer, index, _) in body::unmasked_loads(body) {
                     if vloads.contains_key(&i) {
                         continue;
@@ -433,13 +447,17 @@ pub(super) fn render_bodies(
         };
         // Staged vector registers are indexed by lane: the loop must unroll.
         let vectorized_pass = reduction && !(vector_loads.is_empty() && vector_stores.is_empty());
-        // So are the row's registers of a persistent variant (indexed by step and lane).
-        let unroll = if vectorized_pass || persistent {
+        // So are the row's registers of a persistent variant (indexed by step and lane), and
+        // the prefetched elements.
+        let unroll = if vectorized_pass || persistent || !prefetched.is_empty() {
             "#pragma unroll"
         } else {
             unroll
         };
         pc.insert("unroll".into(), unroll.into());
+        let (prefetch_decls, prefetch_loads) = prefetch_text(&std::mem::take(&mut prefetched), lpt);
+        pc.insert("prefetch_decls".into(), prefetch_decls.into());
+        pc.insert("prefetch".into(), prefetch_loads.into());
         pc.insert("vectorized".into(), vectorized_pass.into());
         pc.insert("persistent".into(), persistent.into());
         pc.insert("steps".into(), steps.into());
@@ -512,6 +530,73 @@ pub(super) fn render_bodies(
     }
 }
 
+/// A scalar reduction pass's prefetched loads: (storage type, the load of element `gl_l` of the
+/// thread's chunk) per register array `gl_pN`, and what each prefetched load of a member body
+/// reads instead.
+struct Prefetch<'a> {
+    arrays: &'a mut Vec<(&'static str, String)>,
+    values: &'a mut rustc_hash::FxHashMap<usize, String>,
+}
+
+/// Prefetches a member's unmasked loads from memory that are contiguous in the row's one
+/// variable `v`: each becomes a register array of the thread's elements, filled where the
+/// element is in the row by loads issued together at the start of the thread's chunk; the body
+/// reads the array. Loads of the same address share one array.
+fn prefetch_member(
+    p: &mut Program,
+    h: &mut hoist::Hoister,
+    (body, vars): (&Body, &[(SymbolId, Expr)]),
+    (v, printer): (Expr, &CPrinter),
+    (memory, pointers): (&dyn Fn(BufferId) -> bool, &[String]),
+    out: Prefetch,
+) {
+    let bound = bound_vars(p, body);
+    for (i, buffer, index, _) in body::unmasked_loads(body) {
+        if out.values.contains_key(&i) || !memory(buffer) {
+            continue;
+        }
+        let Some(at) = unit_stride(p, h, vars, (index, &bound), v) else {
+            continue;
+        };
+        let at = p.env.to_c(at, printer);
+        let load = format!("{}[(long long)({at}) + gl_l]", pointers[buffer.index()]);
+        let k = match out.arrays.iter().position(|(_, l)| *l == load) {
+            Some(k) => k,
+            None => {
+                let t = storage_type(p.buffers[buffer.index()].dtype);
+                out.arrays.push((t, load));
+                out.arrays.len() - 1
+            }
+        };
+        out.values.insert(i, format!("gl_ld(gl_p{k}, gl_l)"));
+    }
+}
+
+/// The register arrays of a pass's prefetched loads, and the loads that fill them.
+fn prefetch_text(arrays: &[(&str, String)], lpt: i64) -> (String, String) {
+    let (mut decls, mut loads) = (String::new(), String::new());
+    for (k, (t, load)) in arrays.iter().enumerate() {
+        let _ = writeln!(decls, "    {t} gl_p{k}[{lpt}];");
+        let _ = writeln!(
+            loads,
+            "#pragma unroll\n      for (int gl_l = 0; gl_l < {lpt}; ++gl_l) if (gl_c + gl_l < gl_len) gl_p{k}[gl_l] = {load};"
+        );
+    }
+    (decls, loads)
+}
+
+/// Variables a body binds from loaded values (gathers, embeddings): they exist only inside the
+/// element loop, so a load whose address uses one cannot move ahead of it.
+fn bound_vars(p: &Program, body: &Body) -> Vec<SymbolId> {
+    body.ops
+        .iter()
+        .filter_map(|&(op, _)| match op {
+            guardless_ir::loop_ir::Op::Bind { var, .. } => p.env.pool().as_symbol(var),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The index of `e` at the start of a chunk (in the kernel's variables) when `e` is contiguous in
 /// the innermost variable `v` and a chunk of `vector` elements of `size` bytes is whole 16-byte
 /// words; `None` otherwise.
@@ -527,6 +612,19 @@ fn contiguous(
     if (vector * size as i64) % 16 != 0 {
         return None;
     }
+    unit_stride(p, h, vars, (e, bound), v)
+}
+
+/// The index of `e` at the start of a chunk (in the kernel's variables) when `e` steps by one
+/// element with the innermost variable `v` and uses no variable bound in the body; `None`
+/// otherwise.
+fn unit_stride(
+    p: &mut Program,
+    h: &mut hoist::Hoister,
+    vars: &[(SymbolId, Expr)],
+    (e, bound): (Expr, &[SymbolId]),
+    v: Expr,
+) -> Option<Expr> {
     let env = &mut p.env;
     let s = env.pool_mut().substitute_pairs(e, vars);
     let s = env.simplify(s);

@@ -27,6 +27,27 @@ pub fn persistent_limit(threads_per_row: i64) -> i64 {
 pub const SMS: i64 = 132;
 /// Row counts the variants are tuned for, besides the hint.
 pub const BUCKETS: [i64; 3] = [1, 64, 4096];
+/// Split reductions (few long rows): threads per block (a full block, not a warp)…
+pub const SPLIT_THREADS: i64 = 256;
+/// …at most this many blocks per row (the looped variant, which has the same lanes, then has
+/// `SPLIT_THREADS * SPLIT_MAX_BLOCKS` ≤ 1024 threads per row)…
+pub const SPLIT_MAX_BLOCKS: i64 = 4;
+/// …and each thread's lanes are this many 16-byte words of the row, loaded together (several
+/// loads in flight per thread before any is used)…
+pub const SPLIT_WORDS: i64 = 4;
+/// …but at most this many lanes (16 f32 are four words, 16 bf16 two): a looped variant's 1024
+/// threads have 64 registers each, and a scalar one holds a register per lane for each
+/// accumulator and each prefetched input.
+pub const SPLIT_MAX_LANES: i64 = 16;
+/// Rows at least this long are split when few (≤ SMS / 4 at the hint and at launch).
+pub const SPLIT_MIN_LEN: i64 = 32768;
+
+/// The blocks each row of a reduction is split over when the hints say few long rows; `None`
+/// when they do not (the kernel then has no split variant).
+fn split_at_hint(rows_h: i64, len_h: i64) -> Option<i64> {
+    (rows_h * 4 <= SMS && len_h >= SPLIT_MIN_LEN)
+        .then(|| next_pow2(SMS / rows_h.max(1)).clamp(2, SPLIT_MAX_BLOCKS))
+}
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Strategy {
@@ -372,15 +393,29 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
         }
     }
     let vector_max = (16 / itemsize.max(1)) as i64;
+    // A split reduction's threads own several words of the row each (its chunk).
+    let split = if reduction {
+        split_at_hint(rows_h, len_h)
+    } else {
+        None
+    };
+    let chunk = if split.is_some() {
+        (vector_max * SPLIT_WORDS)
+            .min(SPLIT_MAX_LANES)
+            .max(vector_max)
+    } else {
+        vector_max
+    };
 
     // Vector width: speculative divisibility of the innermost dimension and every access.
     let innermost_size = *k.inner.last().or(k.outer.last()).unwrap_or(&rows);
     let innermost_var = group_vars.last().copied();
     let (mut vec_conds, mut vec_ok) = (Vec::new(), innermost_var.is_some() && vector_max > 1);
     if let Some(v) = innermost_var.filter(|_| vec_ok) {
-        let w = env.pool_mut().constant(vector_max);
+        // A thread's chunk lies within one line of the innermost dimension.
+        let w = env.pool_mut().constant(chunk);
         let zero = env.pool_mut().zero();
-        if !env.statically_known_multiple_of(innermost_size, vector_max) {
+        if !env.statically_known_multiple_of(innermost_size, chunk) {
             let m = env.pool_mut().modulo(innermost_size, w);
             vec_conds.push(env.pool_mut().eq(m, zero));
         }
@@ -501,18 +536,29 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
     let (strategies, threads_per_row, lanes) = if reduction {
         // Each thread owns 16 bytes of lanes (vector loads or not), so the lanes and the reduction
         // order do not depend on what alignment allows. At most 512 threads per row leaves 128
-        // registers per thread.
+        // registers per thread. A split kernel's threads own `SPLIT_WORDS` words each, and its
+        // row's threads fill `blocks` full blocks.
         let vector = vector_max;
         let many_rows = rows_h >= 4 * SMS;
         let per_thread = if many_rows { 4 } else { 1 };
-        let tpr =
-            next_pow2(len_h.max(1).saturating_add(vector * per_thread - 1) / (vector * per_thread))
-                .clamp(32, 512);
+        let tpr = match split {
+            Some(blocks) => blocks * SPLIT_THREADS,
+            None => next_pow2(
+                len_h.max(1).saturating_add(vector * per_thread - 1) / (vector * per_thread),
+            )
+            .clamp(32, 512),
+        };
         reasons.push(format!(
             "threads per row: {tpr} (hint: rows {rows_t} ≈ {rows_h}, {}; row length {len_t} ≈ {len_h})",
-            if many_rows { "many rows: 4 vectors per thread" } else { "few rows: one vector per thread" }
+            if split.is_some() {
+                "few long rows: each thread loads its lanes' words (16 bytes each) at once"
+            } else if many_rows {
+                "many rows: 4 vectors per thread"
+            } else {
+                "few rows: one vector per thread"
+            }
         ));
-        let lanes = tpr * vector;
+        let lanes = tpr * chunk;
         reasons.push(format!(
             "lanes: {lanes}, the reduction order of every variant"
         ));
@@ -532,14 +578,13 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
                 (Strategy::Persistent, vec![fits]),
                 (Strategy::Looped, vec![]),
             ]
-        } else if rows_h * 4 <= SMS && len_h >= 32768 {
-            let blocks = next_pow2(SMS / rows_h.max(1)).min(16).min(tpr / 32).max(2);
+        } else if let Some(blocks) = split {
             let few = env.pool_mut().constant(SMS / 4);
             let c1 = env.pool_mut().le(rows, few);
-            let long = env.pool_mut().constant(32768);
+            let long = env.pool_mut().constant(SPLIT_MIN_LEN);
             let c2 = env.pool_mut().ge(row_len, long);
             reasons.push(format!(
-                "strategy: split over {blocks} blocks when {rows_t} ≤ {} and {len_t} ≥ 32768 (hint: few long rows), looped otherwise",
+                "strategy: split over {blocks} blocks of {SPLIT_THREADS} threads when {rows_t} ≤ {} and {len_t} ≥ {SPLIT_MIN_LEN} (hint: few long rows), looped otherwise",
                 SMS / 4
             ));
             vec![
