@@ -33,6 +33,19 @@ extern "C" __global__ void __launch_bounds__({{ bounds }}) {{ entry }}({{ params
   } else {
   for ({{ idx }} gl_c = gl_first; gl_c < gl_len; gl_c += {{ lanes }}) {
 {%- elif pass.persistent %}
+{%- if pass.hoisted_decls %}
+  // Every step's 16-byte words first, each step's predicated on the row's end (loads in flight together), then the steps' work.
+{{ pass.hoisted_decls }}
+#pragma unroll
+  for (int gl_j = 0; gl_j < {{ pass.steps }}; ++gl_j) {
+    const {{ idx }} gl_c = ({{ idx }})gl_tid * {{ lpt }} + ({{ idx }})gl_j * {{ lanes }};
+    if (gl_active && gl_c < gl_len) {
+      const {{ idx }} gl_r = gl_c;
+{{ pass.decompose }}
+{{ pass.vector_loads }}
+    }
+  }
+{%- endif %}
   // Persistent: at most {{ pass.steps }} steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < {{ pass.steps }}; ++gl_j) {
@@ -44,11 +57,13 @@ extern "C" __global__ void __launch_bounds__({{ bounds }}) {{ entry }}({{ params
 {%- if pass.vectorized %}
     // The thread's {{ lpt }} lanes are whole 16-byte words of the row (the variant's predicate).
 {{ pass.vector_decls }}
+{%- if not pass.hoisted_decls %}
     if (gl_active) {
       const {{ idx }} gl_r = gl_c;
 {{ pass.decompose }}
 {{ pass.vector_loads }}
     }
+{%- endif %}
 {{ pass.unroll }}
     for (int gl_l = 0; gl_l < {{ lpt }}; ++gl_l) {
       const {{ idx }} gl_r = gl_c + gl_l;

@@ -743,6 +743,52 @@ fn loads_issued_together(sass: &str) -> usize {
     best
 }
 
+/// A persistent reduction's vector variants issue every step's 16-byte loads of the row before
+/// the steps' work (the row's normalizations and softmax: at least one word per step in flight at
+/// once), where they had issued a step's loads, used them, and only then the next step's.
+#[test]
+fn persistent_rows_load_every_step_before_using_any() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    use guardless_codegen::schedule::Strategy;
+    if toolchain().is_none() {
+        return;
+    }
+    let mut checked = 0;
+    for name in ["rms_norm", "softmax", "layer_norm", "fused_add_rms_norm"] {
+        let g = Graph::from_json(&example(&format!("{name}.unbacked"))).unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90").unwrap();
+        let Some(sass) = sass_functions(name, &built.units) else {
+            return;
+        };
+        for entry in &built.module.entries {
+            let Some((ki, vi)) = entry.kernel_variant() else {
+                continue;
+            };
+            let (k, v) = (&s.kernels[ki], &s.kernels[ki].variants[vi]);
+            if v.config.strategy != Strategy::Persistent || v.config.vector == 1 {
+                continue;
+            }
+            let len = p.env.bound(k.row_len).hi as i64;
+            let steps = (len + v.config.lanes - 1) / v.config.lanes;
+            let (_, f) = sass.iter().find(|(n, _)| *n == entry.name).unwrap();
+            let together = loads_issued_together(f);
+            assert!(
+                together as i64 >= steps,
+                "{name}: {} issues at most {together} loads together over {steps} steps",
+                entry.name
+            );
+            checked += usize::from(steps > 1);
+        }
+    }
+    assert!(
+        checked >= 2,
+        "{checked} persistent variants with several steps"
+    );
+}
+
 /// Few long rows (a vocabulary-wide softmax, argmax and sampling at decode sizes) are split over
 /// full blocks of 256 threads, and each thread issues its chunk's loads together before using
 /// them — the split and the looped variants alike, scalar (an odd vocabulary: loads predicated on

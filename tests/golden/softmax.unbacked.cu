@@ -285,22 +285,28 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
+  // Every step's 16-byte words first, each step's predicated on the row's end (loads in flight together), then the steps' work.
+      uint4 gl_v1_0[4][1];
+
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_active && gl_c < gl_len) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int s_k1 = gl_rest_gl_r;
+
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_j][gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
+
+    }
+  }
   // Persistent: at most 4 steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < 4; ++gl_j) {
     const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
     if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v1_0[1];
 
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int s_k1 = gl_rest_gl_r;
-
-        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
-
-    }
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -308,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
@@ -615,22 +621,28 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
 #pragma unroll
   for (int l = 0; l < 4; ++l) { m1_acc[l] = (-__int_as_float(0x7f800000)); }
 
+  // Every step's 16-byte words first, each step's predicated on the row's end (loads in flight together), then the steps' work.
+      uint4 gl_v1_0[4][1];
+
+#pragma unroll
+  for (int gl_j = 0; gl_j < 4; ++gl_j) {
+    const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
+    if (gl_active && gl_c < gl_len) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int s_k1 = gl_rest_gl_r;
+
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_j][gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
+
+    }
+  }
   // Persistent: at most 4 steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < 4; ++gl_j) {
     const int gl_c = (int)gl_tid * 4 + (int)gl_j * 256;
     if (gl_c >= gl_len) break;
     // The thread's 4 lanes are whole 16-byte words of the row (the variant's predicate).
-      uint4 gl_v1_0[1];
 
-    if (gl_active) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int s_k1 = gl_rest_gl_r;
-
-        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v1_0[gl_w] = reinterpret_cast<const uint4*>(p_x + (long long)((((int)1000LL)*s_k0 + s_k1)))[gl_w];
-
-    }
 #pragma unroll
     for (int gl_l = 0; gl_l < 4; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -638,7 +650,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0), gl_l);
+        const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 

@@ -153,6 +153,8 @@ pub(super) fn render_bodies(
         && matches!(c.strategy, Strategy::Looped | Strategy::Split { .. })
         && lpt > 1;
     let mut prefetched: Vec<(&'static str, String)> = Vec::new();
+    // Persistent vector passes: the per-step arrays of every step's loaded words.
+    let mut hoisted_decls = String::new();
     // A persistent variant keeps the row in registers: each thread's share of an input read in
     // several passes is loaded once (first pass) into `gl_cN[chunk][lane]` and read from there
     // after. A thread handles at most `steps` chunks of `lpt` elements (the row bound).
@@ -250,15 +252,27 @@ pub(super) fn render_bodies(
                     let words = chunk * dt.size() as i64 / 16;
                     let t = storage_type(dt);
                     let ptr = &pointers[buffer.index()];
-                    let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
                     let at = p.env.to_c(at, &printer);
+                    // A persistent variant loads every step's words before the steps' work:
+                    // one array per step.
+                    let (decls, step) = if persistent {
+                        (&mut hoisted_decls, "[gl_j]")
+                    } else {
+                        (&mut vector_decls, "")
+                    };
+                    let dims = if persistent {
+                        format!("[{steps}][{words}]")
+                    } else {
+                        format!("[{words}]")
+                    };
+                    let _ = writeln!(decls, "      uint4 {name}{dims};");
                     let _ = writeln!(
                         vector_loads,
-                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) {name}[gl_w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[gl_w];"
+                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) {name}{step}[gl_w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[gl_w];"
                     );
                     vloads.insert(
                         i,
-                        format!("gl_ld(reinterpret_cast<const {t}*>({name}), gl_l)"),
+                        format!("gl_ld(reinterpret_cast<const {t}*>({name}{step}), gl_l)"),
                     );
                 }
             }
@@ -457,6 +471,10 @@ pub(super) fn render_bodies(
         pc.insert("unroll".into(), unroll.into());
         let (prefetch_decls, prefetch_loads) = prefetch_text(&std::mem::take(&mut prefetched), lpt);
         pc.insert("prefetch_decls".into(), prefetch_decls.into());
+        pc.insert(
+            "hoisted_decls".into(),
+            std::mem::take(&mut hoisted_decls).into(),
+        );
         pc.insert("prefetch".into(), prefetch_loads.into());
         pc.insert("vectorized".into(), vectorized_pass.into());
         pc.insert("persistent".into(), persistent.into());
