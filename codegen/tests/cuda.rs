@@ -728,6 +728,12 @@ fn sass_functions<T>(
     Some(functions)
 }
 
+/// A graph of tests/graphs (README.md there says what each is).
+fn shared_graph(name: &str) -> String {
+    let path = format!("{}/../tests/graphs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 /// The longest run of global loads in a function's SASS with no branch between them: how many
 /// loads a thread has in flight at once, at most.
 fn loads_issued_together(sass: &str) -> usize {
@@ -741,6 +747,59 @@ fn loads_issued_together(sass: &str) -> usize {
         }
     }
     best
+}
+
+/// The width of each access is chosen per access: bf16 values beside f32 ones move four at a
+/// time in 8-byte words (they had moved element by element: 16 bytes of f32 is four values, and
+/// four bf16 are not a 16-byte word), a read of one element per row (an embedding's token id,
+/// int64) no longer narrows the vector of a bf16 kernel to two elements, and a transposed or
+/// gathered operand stays scalar while the kernel's other accesses still move as vectors (one
+/// such access had made the whole kernel scalar). Each case fails on the code before.
+#[test]
+fn each_access_gets_its_own_vector_width() {
+    use guardless_codegen::build::build;
+    use guardless_codegen::cache::Cache;
+    use guardless_codegen::report::{report, GpuModel};
+    if toolchain().is_none() {
+        return;
+    }
+    let cases = [
+        ("widths_mixed_dtypes", vec![8, 16]),
+        ("widths_gathered_rows", vec![16]),
+        ("widths_transposed_operand", vec![16]),
+    ];
+    for (what, widths) in cases {
+        let g = Graph::from_json(&shared_graph(what)).unwrap();
+        let mut p = lower(&g).unwrap();
+        let mut s = schedule(&mut p);
+        let built = build(&mut p, &mut s, &Cache::disabled(), "sm_90").unwrap();
+        let r = report(&mut p, &s, &built.module, &built.units, &GpuModel::h200());
+        assert_eq!(r.kernels.len(), 1, "{what}: {}", r.to_text());
+        let v = r.kernels[0]
+            .variants
+            .iter()
+            .find(|v| v.at_hint)
+            .expect("a variant at the hint");
+        // The out store, and the loads of the operands read along the vector, in those widths.
+        let stores: Vec<u32> = v.accesses.stores.keys().copied().collect();
+        assert!(stores.iter().all(|&w| w == 16), "{what}: stores {stores:?}");
+        for w in widths {
+            assert!(
+                v.accesses.loads.contains_key(&w),
+                "{what}: no {w}-byte load: {:?}",
+                v.accesses.loads
+            );
+        }
+        // No element-by-element load of a bf16 operand read along the vector (the gathered
+        // embedding rows are still read element by element: their row is a loaded value).
+        if what == "widths_mixed_dtypes" {
+            assert!(
+                !v.accesses.loads.contains_key(&2),
+                "{what}: 2-byte loads: {:?}",
+                v.accesses.loads
+            );
+        }
+    }
 }
 
 /// A persistent reduction's vector variants issue every step's 16-byte loads of the row before
@@ -802,21 +861,11 @@ fn long_row_reductions_fill_blocks_and_keep_loads_in_flight() {
     if toolchain().is_none() {
         return;
     }
-    let softmax = |dtype: &str, len: i64| {
-        format!(
-            r#"{{"format": "guardless-graph", "version": 1, "name": "vocab_softmax",
-            "symbols": [{{"name": "n", "kind": "unbacked", "min": 1, "max": 4096, "optimization_hint": 1}}],
-            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", {len}]}}],
-            "nodes": [{{"name": "out", "op": "aten._softmax.default",
-                "args": {{"self": {{"tensor": "x"}}, "dim": -1, "half_to_float": false}}}}],
-            "outputs": [{{"tensor": "out"}}]}}"#
-        )
-    };
     let cases = [
         ("sampler, hint 1", with_hint("sampler", "unbacked", 1), 1),
         ("sampler, hint 8", with_hint("sampler", "unbacked", 8), 1),
-        ("f32 softmax over 151936", softmax("f32", 151936), 4),
-        ("bf16 softmax over 128256", softmax("bf16", 128256), 2),
+        ("vocab_softmax_f32", shared_graph("vocab_softmax_f32"), 4),
+        ("vocab_softmax_bf16", shared_graph("vocab_softmax_bf16"), 2),
     ];
     for (what, text, words) in cases {
         let g = Graph::from_json(&text).unwrap();
@@ -953,15 +1002,22 @@ fn a_kernel_with_no_smaller_configuration_builds_with_more_registers() {
             let k = &s.kernels[kernel];
             if k.variants[variant].config.registers_relaxed {
                 relaxed += 1;
+                // The variant's function (variants with the same code share one).
+                let function = &built
+                    .module
+                    .entries
+                    .iter()
+                    .find(|e| e.kernel_variant() == Some((kernel, variant)))
+                    .expect("an entry")
+                    .name;
                 assert!(
                     built.module.source.contains(&format!(
-                        "__launch_bounds__({}, 1) {}_v{}(",
-                        k.variants[variant].config.threads, k.name, variant
+                        "__launch_bounds__({}, 1) {function}(",
+                        k.variants[variant].config.threads
                     )),
-                    "{}: {}_v{} is not compiled for one block",
+                    "{}: {function} (v{variant} of {}) is not compiled for one block",
                     g.name,
                     k.name,
-                    variant
                 );
                 assert!(
                     k.reasons

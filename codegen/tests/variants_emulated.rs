@@ -335,19 +335,36 @@ fn check_every_variant(file: &str, g: &Graph, runs: &mut usize) -> usize {
     total
 }
 
-const LONG_ROWS: &str = "long_row_reductions_run_every_variant_where_the_launcher_selects_it";
+const SHARED_TEST: &str = "shared_graphs_run_every_variant_where_the_launcher_selects_it";
 
-/// Vocabulary-wide softmaxes at decode sizes (split over blocks when the rows are few, looped
-/// otherwise): every variant where the launcher picks it, sanitized. f32 rows are chunks of four
-/// 16-byte words per thread, bf16 rows two; their scalar variants (misaligned inputs) prefetch
-/// a thread's elements predicated on the row's end.
+/// Graphs of tests/graphs whose kernels the examples do not have: vocabulary-wide softmaxes at
+/// decode sizes (split over blocks when the rows are few, looped otherwise; f32 rows are chunks
+/// of four 16-byte words per thread, bf16 rows two; their scalar variants, for misaligned
+/// inputs, prefetch a thread's elements predicated on the row's end) and kernels whose accesses
+/// have different widths (bf16 beside f32 in 8-byte words, a gathered or transposed operand read
+/// element by element beside vector accesses).
+const SHARED: [&str; 5] = [
+    "vocab_softmax_f32",
+    "vocab_softmax_bf16",
+    "widths_mixed_dtypes",
+    "widths_gathered_rows",
+    "widths_transposed_operand",
+];
+
+/// Every variant of every kernel of `SHARED`'s graphs where the launcher picks it, sanitized.
 #[test]
-fn long_row_reductions_run_every_variant_where_the_launcher_selects_it() {
-    if let Some(out) = emu::sanitized(LONG_ROWS, &[]) {
+fn shared_graphs_run_every_variant_where_the_launcher_selects_it() {
+    if let Some(out) = emu::sanitized(SHARED_TEST, &[]) {
         let stdout = String::from_utf8_lossy(&out.stdout);
         print!("{stdout}");
+        // Each graph's variants (4 or 8), none selected at no size (that panics).
+        let checked = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("variants checked: "))
+            .and_then(|l| l.split(' ').next()?.parse::<usize>().ok())
+            .unwrap_or(0);
         assert!(
-            out.status.success() && stdout.contains("variants checked: 8 "),
+            out.status.success() && checked >= 20,
             "the sanitized run failed ({:?}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
@@ -356,17 +373,10 @@ fn long_row_reductions_run_every_variant_where_the_launcher_selects_it() {
     }
     let mut total = 0;
     let mut runs = 0;
-    for (dtype, len) in [("f32", 151936), ("bf16", 128256)] {
-        let g = Graph::from_json(&format!(
-            r#"{{"format": "guardless-graph", "version": 1, "name": "vocab_softmax",
-            "symbols": [{{"name": "n", "kind": "unbacked", "min": 1, "max": 64, "optimization_hint": 1}}],
-            "inputs": [{{"name": "x", "dtype": "{dtype}", "shape": ["n", {len}]}}],
-            "nodes": [{{"name": "out", "op": "aten._softmax.default",
-                "args": {{"self": {{"tensor": "x"}}, "dim": -1, "half_to_float": false}}}}],
-            "outputs": [{{"tensor": "out"}}]}}"#
-        ))
-        .unwrap();
-        total += check_every_variant(&format!("{dtype}_softmax_{len}"), &g, &mut runs);
+    for name in SHARED {
+        let path = format!("{}/../tests/graphs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        total += check_every_variant(name, &Graph::from_json(&text).unwrap(), &mut runs);
     }
     println!("variants checked: {total} ({runs} runs)");
 }

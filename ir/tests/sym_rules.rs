@@ -79,6 +79,21 @@ fn modulo_with_divisibility() {
     ]);
 }
 
+/// An index split into a block and a position within it, joined again, is the index: for floor
+/// division and Python's modulo `c·(x // c) + x % c = x` for every `x` and constant `c ≠ 0`.
+#[test]
+fn a_quotient_and_its_remainder_join() {
+    check(&[
+        ("64*(u0//64) + u0 % 64", "u0"),
+        ("256*u1 + 64*(u0//64) + u0 % 64 + 3", "u0 + 256*u1 + 3"),
+        ("(n//4)*4 + n % 4 - n", "0"),
+        ("2*(8*(n//8) + n % 8) + 3*(i//2)*2 + 3*(i % 2)", "3*i + 2*n"),
+        ("64*(u0//64) + 2*(u0 % 64)", "64*(u0//64) + 2*(u0 % 64)"),
+        ("64*(u0//32) + u0 % 64", "64*(u0//32) + u0 % 64"),
+        ("b*(u0//b) + u0 % b", "b*(u0//b) + u0 % b"),
+    ]);
+}
+
 #[test]
 fn symbolic_divisors_only_fold_when_provably_nonzero() {
     // u1 may be 0: (u0*u1) % u1 must raise for u1 = 0, so it is kept.

@@ -169,12 +169,15 @@ const ROW_SUMS: &str = r#"{
 
 #[test]
 fn split_reductions_combine_their_partials_in_a_last_launch() {
-    // One pass whose result is stored: the row's 16 blocks write partials (launch 0), then every
-    // block combines them and block 0 stores the sum (launch 1).
+    // One pass whose result is stored: the row's 4 blocks (of 256 threads) write partials
+    // (launch 0), then every block combines them and block 0 stores the sum (launch 1).
     let g = Graph::from_json(ROW_SUMS).unwrap();
     let exe = Executable::new(lower(&g).unwrap()).unwrap();
     let text = exe.schedule.to_text(&exe.program);
-    assert!(text.contains("v0 (tuned for 4): split 16"), "{text}");
+    assert!(
+        text.contains("v0 (tuned for 4): split 4, 256 threads"),
+        "{text}"
+    );
     let mut dev = Emu::new("row_sums", &exe);
     for (seed, n) in [(1, 0), (2, 1), (3, 3)] {
         let mut b = Bindings::new();

@@ -230,7 +230,7 @@ pub(super) fn render_bodies(
             } else if let (true, Some(v)) = (vectorize, innermost) {
                 let bound = bound_vars(p, body);
                 for (i, buffer, index, _) in body::unmasked_loads(body) {
-                    if vloads.contains_key(&i) {
+                    if vloads.contains_key(&i) || k.scalar_buffers.contains(&buffer) {
                         continue;
                     }
                     if !matches!(read(buffer), Read::Memory(_)) {
@@ -249,7 +249,7 @@ pub(super) fn render_bodies(
                         continue;
                     };
                     let name = format!("gl_v{}_{i}", m.buffer.0);
-                    let words = chunk * dt.size() as i64 / 16;
+                    let (word, words) = vector_words(chunk * dt.size() as i64);
                     let t = storage_type(dt);
                     let ptr = &pointers[buffer.index()];
                     let at = p.env.to_c(at, &printer);
@@ -265,10 +265,10 @@ pub(super) fn render_bodies(
                     } else {
                         format!("[{words}]")
                     };
-                    let _ = writeln!(decls, "      uint4 {name}{dims};");
+                    let _ = writeln!(decls, "      {word} {name}{dims};");
                     let _ = writeln!(
                         vector_loads,
-                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) {name}{step}[gl_w] = reinterpret_cast<const uint4*>({ptr} + (long long)({at}))[gl_w];"
+                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) {name}{step}[gl_w] = reinterpret_cast<const {word}*>({ptr} + (long long)({at}))[gl_w];"
                     );
                     vloads.insert(
                         i,
@@ -278,7 +278,10 @@ pub(super) fn render_bodies(
             }
             // A stored elementwise member moves as a vector when its own index is contiguous.
             let vstore = match (vectorize, innermost, m.role, m.stored) {
-                (true, Some(v), Role::Elementwise, Some(_)) => contiguous(
+                (true, Some(v), Role::Elementwise, Some(_))
+                    if !k.scalar_buffers.contains(&m.buffer) =>
+                {
+                    contiguous(
                     p,
                     hoister,
                     &member_vars[mi],
@@ -289,16 +292,17 @@ pub(super) fn render_bodies(
                 )
                 .map(|at| {
                     let name = format!("gl_s{}", m.buffer.0);
-                    let words = chunk * buf.dtype.size() as i64 / 16;
-                    let _ = writeln!(vector_decls, "      uint4 {name}[{words}];");
+                    let (word, words) = vector_words(chunk * buf.dtype.size() as i64);
+                    let _ = writeln!(vector_decls, "      {word} {name}[{words}];");
                     let at = p.env.to_c(at, &printer);
                     let ptr = &pointers[m.buffer.index()];
                     let _ = writeln!(
                         vector_stores,
-                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) reinterpret_cast<uint4*>({ptr} + (long long)({at}))[gl_w] = {name}[gl_w];"
+                        "        for (int gl_w = 0; gl_w < {words}; ++gl_w) reinterpret_cast<{word}*>({ptr} + (long long)({at}))[gl_w] = {name}[gl_w];"
                     );
                     format!("reinterpret_cast<{}*>({name})", storage_type(buf.dtype))
-                }),
+                })
+                }
                 _ => None,
             };
             let mut sc = Scope {
@@ -615,9 +619,19 @@ fn bound_vars(p: &Program, body: &Body) -> Vec<SymbolId> {
         .collect()
 }
 
+/// How a chunk of `bytes` bytes moves: 16-byte words, or one 8- or 4-byte word (bf16 values four
+/// to a vector beside f32 ones: one 8-byte access instead of four 2-byte ones).
+fn vector_words(bytes: i64) -> (&'static str, i64) {
+    match bytes {
+        4 => ("unsigned", 1),
+        8 => ("uint2", 1),
+        _ => ("uint4", bytes / 16),
+    }
+}
+
 /// The index of `e` at the start of a chunk (in the kernel's variables) when `e` is contiguous in
 /// the innermost variable `v` and a chunk of `vector` elements of `size` bytes is whole 16-byte
-/// words; `None` otherwise.
+/// words, or one 8- or 4-byte word; `None` otherwise.
 fn contiguous(
     p: &mut Program,
     h: &mut hoist::Hoister,
@@ -627,7 +641,8 @@ fn contiguous(
     vector: i64,
     size: usize,
 ) -> Option<Expr> {
-    if (vector * size as i64) % 16 != 0 {
+    let bytes = vector * size as i64;
+    if bytes % 16 != 0 && bytes != 8 && bytes != 4 {
         return None;
     }
     unit_stride(p, h, vars, (e, bound), v)

@@ -7,7 +7,7 @@
 //! lanes, …` in order, and the lanes combine in a balanced binary tree (lane pairs `2i, 2i + 1`
 //! first). Variants differ only in how lanes map to threads and blocks.
 
-use guardless_ir::loop_ir::{BufferId, BufferKind, Layout, Program};
+use guardless_ir::loop_ir::{BufferId, BufferKind, Layout, Program, ReductionKind};
 use guardless_ir::sym::{Expr, ShapeEnv, SymbolId};
 use rustc_hash::FxHashSet;
 
@@ -35,12 +35,54 @@ pub const SPLIT_MAX_BLOCKS: i64 = 4;
 /// …and each thread's lanes are this many 16-byte words of the row, loaded together (several
 /// loads in flight per thread before any is used)…
 pub const SPLIT_WORDS: i64 = 4;
-/// …but at most this many lanes (16 f32 are four words, 16 bf16 two): a looped variant's 1024
-/// threads have 64 registers each, and a scalar one holds a register per lane for each
-/// accumulator and each prefetched input.
+/// …but at most this many lanes (16 f32 are four words, 16 bf16 two), and no more than
+/// `SPLIT_LANE_REGISTERS` hold (`lane_registers`): a looped variant's 1024 threads have 64
+/// registers each, and a scalar one holds registers per lane for each accumulator and each
+/// prefetched input.
 pub const SPLIT_MAX_LANES: i64 = 16;
 /// Rows at least this long are split when few (≤ SMS / 4 at the hint and at launch).
 pub const SPLIT_MIN_LEN: i64 = 32768;
+
+/// Registers a split variant's thread may give its lanes' state (accumulators, positions,
+/// prefetched elements) in its looped variant's 64.
+pub const SPLIT_LANE_REGISTERS: i64 = 48;
+
+/// The registers one lane holds in the kernel's heaviest pass: each reduction's accumulator (two
+/// for 8-byte values), an arg-reduction's 64-bit position, and each input read from memory
+/// (prefetched when scalar).
+fn lane_registers(p: &Program, k: &Kernel) -> i64 {
+    let passes = k.members.iter().map(|m| m.pass).max().unwrap_or(0) + 1;
+    let words = |size: usize| if size > 4 { 2 } else { 1 };
+    (0..passes)
+        .map(|pass| {
+            let mut regs = 0;
+            let mut inputs: Vec<BufferId> = Vec::new();
+            for m in k.members.iter().filter(|m| m.pass == pass) {
+                let BufferKind::Computed { loops, body } = &p.buffers[m.buffer.index()].kind else {
+                    continue;
+                };
+                if m.role == Role::Reduction {
+                    let d = body.dtype(body.result.expect("a result"));
+                    regs += words(d.size());
+                    if let Some((kind, _, _)) = &loops.reduction {
+                        if matches!(kind, ReductionKind::ArgMax | ReductionKind::ArgMin) {
+                            regs += 2;
+                        }
+                    }
+                }
+                for (b, _) in loads(body) {
+                    if !inputs.contains(&b) && !k.members.iter().any(|x| x.buffer == b) {
+                        inputs.push(b);
+                        regs += words(p.buffers[b.index()].dtype.size());
+                    }
+                }
+            }
+            regs
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
 
 /// The blocks each row of a reduction is split over when the hints say few long rows; `None`
 /// when they do not (the kernel then has no split variant).
@@ -250,6 +292,37 @@ fn add_loop_symbols(p: &Program, from: usize, out: &mut FxHashSet<SymbolId>) {
     }
 }
 
+/// How an access moves in a vector variant.
+enum AccessKind {
+    /// The same element for the whole vector: one scalar read.
+    Broadcast,
+    /// Contiguous in the innermost variable, its other strides affine in the sizes.
+    Vector,
+    /// Element by element, and why.
+    Scalar(String),
+}
+
+fn access_kind(
+    env: &mut ShapeEnv,
+    index: Expr,
+    v: Expr,
+    loop_syms: &FxHashSet<SymbolId>,
+) -> AccessKind {
+    let vid = env.pool().as_symbol(v).expect("a loop variable");
+    let zero = env.pool_mut().zero();
+    let base = env
+        .pool_mut()
+        .substitute(index, &|id| (id == vid).then_some(zero));
+    let diff = env.pool_mut().sub(index, base);
+    if env.simplify(diff) == zero {
+        return AccessKind::Broadcast;
+    }
+    match vector_conditions(env, index, v, 1, loop_syms) {
+        Ok(_) => AccessKind::Vector,
+        Err(why) => AccessKind::Scalar(why),
+    }
+}
+
 /// The conditions under which `index` reads `vector` consecutive elements starting at a multiple
 /// of `vector` as `v` steps by `vector`: contiguous in `v`, every other stride and the offset
 /// multiples of `vector`. `Err` when no condition on the sizes makes it so.
@@ -345,6 +418,7 @@ fn and_all(env: &mut ShapeEnv, conds: &[Expr]) -> Expr {
 
 /// Adds the variants and the reasons for each choice to `k`.
 pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols) -> Kernel {
+    let lane_regs = lane_registers(p, &k);
     let env = &mut p.env;
     let reduction = !k.inner.is_empty();
     let (rows, row_len) = (k.rows, k.row_len);
@@ -392,7 +466,54 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
             accesses.push((buf, s, false));
         }
     }
-    let vector_max = (16 / itemsize.max(1)) as i64;
+    // Which accesses move as vectors: those contiguous in the innermost variable whose other
+    // strides are affine in the sizes. A buffer accessed otherwise (a gather, a transpose) stays
+    // scalar while the kernel's other accesses still move as vectors; a read of one element for
+    // the whole vector (a row's position, a broadcast weight) is one scalar read either way.
+    let innermost_var = group_vars.last().copied();
+    let mut scalar_buffers: Vec<BufferId> = Vec::new();
+    let mut vectorizable: Vec<bool> = vec![false; accesses.len()];
+    // The widest access that changes along the vector (scalar ones included).
+    let mut widest_varying = 0;
+    if let Some(v) = innermost_var {
+        for (i, &(buf, index, _)) in accesses.iter().enumerate() {
+            let kind = access_kind(env, index, v, loop_syms);
+            if !matches!(kind, AccessKind::Broadcast) {
+                widest_varying = widest_varying.max(p.buffers[buf.index()].dtype.size());
+            }
+            match kind {
+                AccessKind::Broadcast => {}
+                AccessKind::Vector => vectorizable[i] = true,
+                AccessKind::Scalar(why) => {
+                    if !scalar_buffers.contains(&buf) {
+                        reasons.push(format!(
+                            "vector: {} stays scalar, {why}",
+                            p.buffers[buf.index()].name
+                        ));
+                        scalar_buffers.push(buf);
+                    }
+                }
+            }
+        }
+    }
+    for (i, &(buf, _, _)) in accesses.iter().enumerate() {
+        vectorizable[i] &= !scalar_buffers.contains(&buf);
+    }
+    let sizes: Vec<usize> = accesses
+        .iter()
+        .zip(&vectorizable)
+        .filter(|(_, &vz)| vz)
+        .map(|((b, _, _), _)| p.buffers[b.index()].dtype.size())
+        .collect();
+    // 16 bytes of the widest access that changes along the vector (a read of one element for
+    // the whole vector does not narrow it); narrower accesses move as 8- or 4-byte words.
+    let vector_max = (16
+        / if widest_varying > 0 {
+            widest_varying
+        } else {
+            itemsize
+        }
+        .max(1)) as i64;
     // A split reduction's threads own several words of the row each (its chunk).
     let split = if reduction {
         split_at_hint(rows_h, len_h)
@@ -400,17 +521,24 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
         None
     };
     let chunk = if split.is_some() {
+        let fit = SPLIT_LANE_REGISTERS / lane_regs;
+        let fit = if fit >= 1 { 1 << fit.ilog2() } else { 1 };
         (vector_max * SPLIT_WORDS)
             .min(SPLIT_MAX_LANES)
+            .min(fit)
             .max(vector_max)
     } else {
         vector_max
     };
 
-    // Vector width: speculative divisibility of the innermost dimension and every access.
+    // Vector width: speculative divisibility of the innermost dimension and every vector access.
     let innermost_size = *k.inner.last().or(k.outer.last()).unwrap_or(&rows);
-    let innermost_var = group_vars.last().copied();
-    let (mut vec_conds, mut vec_ok) = (Vec::new(), innermost_var.is_some() && vector_max > 1);
+    let (mut vec_conds, mut vec_ok) = (
+        Vec::new(),
+        innermost_var.is_some()
+            && vector_max > 1
+            && (!sizes.is_empty() || scalar_buffers.is_empty()),
+    );
     if let Some(v) = innermost_var.filter(|_| vec_ok) {
         // A thread's chunk lies within one line of the innermost dimension.
         let w = env.pool_mut().constant(chunk);
@@ -419,7 +547,7 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
             let m = env.pool_mut().modulo(innermost_size, w);
             vec_conds.push(env.pool_mut().eq(m, zero));
         }
-        for &(buf, index, _) in &accesses {
+        for (&(buf, index, _), _) in accesses.iter().zip(&vectorizable).filter(|(_, &vz)| vz) {
             match vector_conditions(env, index, v, vector_max, loop_syms) {
                 Ok(c) => vec_conds.extend(c),
                 Err(why) => {
@@ -444,7 +572,7 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
     // Buffers the caller passes may be views at any offset: their alignment is checked at launch.
     // Buffers of the memory plan are allocated aligned.
     let mut external: Vec<BufferId> = Vec::new();
-    for &(b, _, _) in &accesses {
+    for (&(b, _, _), _) in accesses.iter().zip(&vectorizable).filter(|(_, &vz)| vz) {
         let mut root = b;
         while let BufferKind::View { base } = p.buffers[root.index()].kind {
             root = base;
@@ -741,6 +869,7 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
     k.variants = variants;
     k.reasons = reasons;
     k.vars = group_vars;
+    k.scalar_buffers = scalar_buffers;
     k
 }
 

@@ -532,6 +532,7 @@ pub fn kernel_of(p: &mut Program, deps: &Deps, g: &Group, index: usize) -> Kerne
         variants: Vec::new(),
         reasons: Vec::new(),
         vars: Vec::new(),
+        scalar_buffers: Vec::new(),
     }
 }
 

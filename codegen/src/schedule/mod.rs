@@ -72,6 +72,9 @@ pub struct Kernel {
     pub reasons: Vec<String>,
     /// The kernel's loop variables: one per outer, then per inner dimension.
     pub vars: Vec<Expr>,
+    /// Buffers the kernel accesses element by element even in its vector variants (a gather, a
+    /// transposed read), while its other accesses move as vectors.
+    pub scalar_buffers: Vec<BufferId>,
 }
 
 impl Kernel {

@@ -44,6 +44,7 @@ struct GlDim { unsigned x, y, z; };
 inline thread_local GlDim threadIdx, blockIdx;
 
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
 
 // A barrier among `expected` fibers: each arrival but the last waits for the phase to move on.
 struct GlBarrier {

@@ -58,6 +58,39 @@ pub fn py_mod(a: i64, b: i64) -> Option<i64> {
 }
 
 impl ExprPool {
+    /// `k·c·(x // c) + k·(x % c) → k·x` in a sum, for a constant `c ≠ 0` (floor division and
+    /// Python's modulo: `x = c·(x // c) + x % c` for every `x`): what splitting an index into a
+    /// head and a position within it and joining them again leaves (`64·(d // 64) + d % 64`).
+    pub(crate) fn join_div_mod(&mut self, sum: Expr) -> Expr {
+        let Node::Add { terms, .. } = self.node(sum) else {
+            return sum;
+        };
+        let pair = terms.iter().find_map(|&(t, k)| {
+            let Node::Mod(x, c) = *self.node(t) else {
+                return None;
+            };
+            let cv = self.as_const(c).filter(|&cv| cv != 0)?;
+            let quotient = terms.iter().find(|&&(q, kq)| {
+                matches!(*self.node(q), Node::FloorDiv(qx, qc) if qx == x && qc == c)
+                    && k.checked_mul(cv) == Some(kq)
+            })?;
+            Some((t, quotient.0, x, k))
+        });
+        let Some((m, q, x, k)) = pair else {
+            return sum;
+        };
+        let (terms, constant) = self.linear_parts(sum);
+        let rest: Vec<(Expr, i64)> = terms
+            .into_iter()
+            .filter(|&(t, _)| t != m && t != q)
+            .collect();
+        let rest = self.make_sum(rest, constant);
+        let kx = self.scale(x, k);
+        let joined = self.add(rest, kx);
+        // Another pair may remain (each joined one leaves a sum with one pair fewer).
+        self.join_div_mod(joined)
+    }
+
     pub fn floordiv(&mut self, a: Expr, b: Expr) -> Expr {
         self.div_rounded(a, b, Rounding::Floor)
     }

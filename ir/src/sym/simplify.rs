@@ -56,11 +56,12 @@ impl ShapeEnv {
                         replaced.push((st, c));
                     }
                 }
-                if replaced.is_empty() && !dropped {
+                let sum = if replaced.is_empty() && !dropped {
                     e
                 } else {
                     self.pool.sum_with_extra(&kept, &replaced, constant)
-                }
+                };
+                self.pool.join_div_mod(sum)
             }
             Node::Mul(factors) => {
                 let mut acc = self.pool.one();
