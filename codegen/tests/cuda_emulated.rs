@@ -160,6 +160,13 @@ fn run(
                     scalars.push(Box::new(eval(p, e)));
                     args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
                 }
+                Param::FastDivisor { expr, .. } => {
+                    let e = p.env.parse(expr).unwrap();
+                    scalars.push(Box::new(
+                        guardless_codegen::cuda::fast_divisor(eval(p, e)) as i64
+                    ));
+                    args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);
+                }
                 Param::Error => {
                     scalars.push(Box::new(&mut error as *mut i32 as i64));
                     args.push(scalars.last_mut().unwrap().as_mut() as *mut i64 as *mut c_void);

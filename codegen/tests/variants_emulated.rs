@@ -31,9 +31,9 @@ fn kernel_symbols(p: &Program, s: &Schedule, m: &CudaModule, ki: usize) -> Vec<S
         for prm in &e.params {
             match prm {
                 Param::Symbol { name } => es.push(p.env.symbol(name).unwrap()),
-                Param::Derived { expr, .. } | Param::Workspace { bytes: expr } => {
-                    es.push(env.parse(expr).unwrap())
-                }
+                Param::Derived { expr, .. }
+                | Param::FastDivisor { expr, .. }
+                | Param::Workspace { bytes: expr } => es.push(env.parse(expr).unwrap()),
                 Param::Buffer { buffer, .. } => {
                     let b = p.buffers.iter().find(|b| &b.name == buffer).unwrap();
                     es.extend(b.layout.sizes.iter().chain(&b.layout.strides).copied());

@@ -17,6 +17,11 @@ __device__ __forceinline__ long long gl_mod_i64(long long a, long long b) { long
 __device__ __forceinline__ long long gl_min_i64(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long gl_max_i64(long long a, long long b) { return a > b ? a : b; }
 
+// x / d for 0 <= x, d < 2^31 without a division: `p` is the launcher's magic multiplier m (low
+// 32 bits) and shift s (high 32) for d (s = ceil(log2 d), m = floor(2^32 (2^s - d) / d) + 1).
+__device__ __forceinline__ unsigned gl_fdiv(unsigned x, long long p) {
+  return (__umulhi(x, (unsigned)p) + x) >> (unsigned)(p >> 32);
+}
 #define GL_NAN __int_as_float(0x7fc00000)
 #define GL_NAN_D __longlong_as_double(0x7ff8000000000000LL)
 

@@ -48,6 +48,9 @@ pub(super) struct KernelSymbols {
     pub(super) texts: rustc_hash::FxHashMap<SymbolId, String>,
     /// The graph symbols the kernel's code uses.
     pub(super) symbols: Option<Vec<SymbolId>>,
+    /// Run-time sizes an int32 variant divides its linear index by: parameter `gl_fdK` is
+    /// `fast_divisors[K]`'s magic numbers (`Param::FastDivisor`).
+    pub(super) fast_divisors: Vec<Expr>,
 }
 
 pub(super) fn render_bodies(
@@ -87,15 +90,18 @@ pub(super) fn render_bodies(
     let symbols = size_symbols(p, k, &buffers, &locals, syms);
 
     let hoister = &mut syms.hoister;
+    let fast_divisors = &mut syms.fast_divisors;
     let c_of = |p: &mut Program, h: &mut hoist::Hoister, e: Expr| {
         let e = h.hoist(&mut p.env, e);
         p.env.to_c(e, &printer)
     };
+    // A linear index split into the kernel's variables, innermost first. In an int32 variant a
+    // run-time size divides by multiplication (`gl_fdiv`, the launcher's magic numbers): no
+    // integer division instruction per element; constant sizes are the compiler's to divide.
     let decompose = |p: &mut Program,
                      h: &mut hoist::Hoister,
-                     lin: &str,
-                     vars: &[Expr],
-                     sizes: &[Expr],
+                     fast: &mut Vec<Expr>,
+                     (lin, vars, sizes): (&str, &[Expr], &[Expr]),
                      indent: &str| {
         let mut out = String::new();
         if vars.is_empty() {
@@ -106,8 +112,22 @@ pub(super) fn render_bodies(
             let name = cuda_symbol(&p.env.text(vars[j]));
             if j == 0 {
                 let _ = writeln!(out, "{indent}const {idx} {name} = gl_rest_{lin};");
+                continue;
+            }
+            let size = c_of(p, h, sizes[j]);
+            if idx == "int" && p.env.pool().as_const(sizes[j]).is_none() {
+                let k = match fast.iter().position(|&f| f == sizes[j]) {
+                    Some(k) => k,
+                    None => {
+                        fast.push(sizes[j]);
+                        fast.len() - 1
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "{indent}const int gl_q{j}_{lin} = (int)gl_fdiv((unsigned)gl_rest_{lin}, gl_fd{k}); const int {name} = gl_rest_{lin} - gl_q{j}_{lin} * ({size}); gl_rest_{lin} = gl_q{j}_{lin};"
+                );
             } else {
-                let size = c_of(p, h, sizes[j]);
                 let _ = writeln!(
                     out,
                     "{indent}const {idx} {name} = gl_rest_{lin} % ({size}); gl_rest_{lin} /= ({size});"
@@ -500,7 +520,14 @@ pub(super) fn render_bodies(
         pc.insert("init".into(), init.into());
         pc.insert(
             "decompose".into(),
-            decompose(p, hoister, "gl_r", inner_vars, &k.inner, "        ").into(),
+            decompose(
+                p,
+                hoister,
+                fast_divisors,
+                ("gl_r", inner_vars, &k.inner),
+                "        ",
+            )
+            .into(),
         );
         pc.insert("body".into(), body_text.into());
         pc.insert("finish".into(), finish.into());
@@ -512,8 +539,20 @@ pub(super) fn render_bodies(
 
     let rows_c = c_of(p, hoister, k.rows);
     let len_c = c_of(p, hoister, k.row_len);
-    let row_decompose = decompose(p, hoister, "gl_row", outer_vars, &k.outer, "  ");
-    let lin_decompose = decompose(p, hoister, "gl_lin", outer_vars, &k.outer, "        ");
+    let row_decompose = decompose(
+        p,
+        hoister,
+        fast_divisors,
+        ("gl_row", outer_vars, &k.outer),
+        "  ",
+    );
+    let lin_decompose = decompose(
+        p,
+        hoister,
+        fast_divisors,
+        ("gl_lin", outer_vars, &k.outer),
+        "        ",
+    );
     let (mut params_c, mut params, decls, phases) = kernel_params(
         p,
         k,

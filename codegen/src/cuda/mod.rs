@@ -44,6 +44,21 @@ const ATTENTION: &str = include_str!("../../../templates/attention.cu");
 const ATTENTION_MERGE: &str = include_str!("../../../templates/attention_merge.cu");
 const PAGED_SEQUENCES: &str = include_str!("../../../templates/paged_sequences.cu");
 
+/// What a `Param::FastDivisor` passes for a divisor of value `d`: the magic multiplier `m` in the
+/// low 32 bits and the shift `s` in the high ones, so that `x / d == (hi32(x·m) + x) >> s` for
+/// every `0 <= x < 2^31` (`s = ceil(log2 d)`, `m = floor(2^32·(2^s − d)/d) + 1`). `d` outside
+/// `[1, 2^31)` gives 0: such a size never reaches an int32 variant's decomposition (a zero size
+/// launches nothing; larger extents select the int64 variants).
+pub fn fast_divisor(d: i64) -> u64 {
+    if !(1..1 << 31).contains(&d) {
+        return 0;
+    }
+    let d = d as u64;
+    let s = 64 - (d - 1).leading_zeros() as u64;
+    let m = ((1u64 << 32) * ((1u64 << s) - d)) / d + 1;
+    m | (s << 32)
+}
+
 /// A kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -58,6 +73,13 @@ pub enum Param {
     /// A size expression (no loop variable) the launcher evaluates: `expr` in the graph format's
     /// syntax over the graph's symbols.
     Derived {
+        name: String,
+        expr: String,
+    },
+    /// `long long`: the magic multiplier and shift (`fast_divisor`) that divide by the size `expr`
+    /// (evaluated like `Derived`) without a division instruction (`gl_fdiv` in common.cuh): an
+    /// int32 variant's index decomposition over a run-time size.
+    FastDivisor {
         name: String,
         expr: String,
     },
@@ -268,6 +290,7 @@ pub fn generate_with(p: &mut Program, s: &Schedule, sharing: Sharing) -> CudaMod
             memo: rustc_hash::FxHashMap::default(),
             texts: rustc_hash::FxHashMap::default(),
             symbols: None,
+            fast_divisors: Vec::new(),
         };
         for (vi, v) in k.variants.iter().enumerate() {
             let name = format!("{}_v{vi}", k.name);
@@ -651,5 +674,43 @@ fn split_blocks(c: &crate::schedule::config::KernelConfig) -> i64 {
     match c.strategy {
         Strategy::Split { blocks } => blocks,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod fast_division {
+    use super::fast_divisor;
+
+    /// `gl_fdiv` in common.cuh, as the device computes it.
+    fn fdiv(x: u32, p: u64) -> u32 {
+        let hi = ((x as u64 * (p & 0xffff_ffff)) >> 32) as u32;
+        (hi + x) >> (p >> 32)
+    }
+
+    #[test]
+    fn the_magic_numbers_divide_every_index_exactly() {
+        let mut divisors: Vec<i64> = (1..=4096).collect();
+        for k in 12..31 {
+            divisors.extend([(1i64 << k) - 1, 1 << k, (1 << k) + 1, 3 << (k - 2)]);
+        }
+        divisors.push((1 << 31) - 1);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for &d in &divisors {
+            let p = fast_divisor(d);
+            let mut xs: Vec<u32> =
+                vec![0, 1, (d - 1) as u32, d as u32, (1 << 31) - 1, (1 << 31) - 2];
+            xs.extend((1..4).map(|q| (q * d - 1).min((1 << 31) - 1) as u32));
+            for _ in 0..200 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                xs.push((rng % (1 << 31)) as u32);
+            }
+            for x in xs {
+                assert_eq!(fdiv(x, p), x / d as u32, "{x} / {d}");
+            }
+        }
+        assert_eq!(fast_divisor(0), 0);
+        assert_eq!(fast_divisor(1 << 31), 0);
     }
 }

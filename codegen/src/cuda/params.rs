@@ -154,6 +154,13 @@ pub(super) fn kernel_params(
             cuda_symbol(&n)
         );
     }
+    for (k, &d) in syms.fast_divisors.iter().enumerate() {
+        params_c.push(format!("long long gl_fd{k}"));
+        params.push(Param::FastDivisor {
+            name: format!("gl_fd{k}"),
+            expr: p.env.text(d),
+        });
+    }
     let mut phases = 1;
     if blocks > 0 {
         let rows = p.env.text(k.rows);

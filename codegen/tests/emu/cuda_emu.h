@@ -117,6 +117,7 @@ template <class T> unsigned __match_any_sync(unsigned, T v) {
   return peers;
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 
 inline int atomicCAS(int* p, int compare, int value) {
   __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);

@@ -28,7 +28,10 @@ pub fn launchers(p: &Program, m: &CudaModule) -> String {
                     let q = if *written { "" } else { "const " };
                     format!("*({q}{t}**)args[{i}]")
                 }
-                Param::Symbol { .. } | Param::Derived { .. } | Param::ErrorBase { .. } => {
+                Param::Symbol { .. }
+                | Param::Derived { .. }
+                | Param::FastDivisor { .. }
+                | Param::ErrorBase { .. } => {
                     format!("*(long long*)args[{i}]")
                 }
                 Param::Error => format!("*(int**)args[{i}]"),

@@ -364,6 +364,11 @@ fn check_with(
                 let e = env.parse(expr).map_err(|e| e.to_string())?;
                 env.evaluate(e, b).map_err(|x| x.to_string())?
             }
+            Param::FastDivisor { expr, .. } => {
+                let e = env.parse(expr).map_err(|e| e.to_string())?;
+                let d = env.evaluate(e, b).map_err(|x| x.to_string())?;
+                guardless_codegen::cuda::fast_divisor(d) as i64
+            }
             Param::Error => &mut error as *mut i32 as i64,
             Param::ErrorBase { base } => *base as i64,
             Param::Workspace { bytes } => {

@@ -94,6 +94,8 @@ enum ArgSource {
     Buffer(BufferId),
     Symbol(SymbolId),
     Expr(Expr),
+    /// The magic numbers dividing by this size (`guardless_codegen::cuda::fast_divisor`).
+    FastDivisor(Expr),
     Error,
     /// A constant (a function's first error code).
     Value(u64),
@@ -195,6 +197,12 @@ impl Executable {
                             .env
                             .parse(expr)
                             .map_err(|x| bad(format!("derived size {name} = {expr}: {x}")))?,
+                    ),
+                    Param::FastDivisor { expr, name } => ArgSource::FastDivisor(
+                        program
+                            .env
+                            .parse(expr)
+                            .map_err(|x| bad(format!("divisor {name} = {expr}: {x}")))?,
                     ),
                     Param::Error => ArgSource::Error,
                     Param::ErrorBase { base } => ArgSource::Value(*base as u64),
@@ -678,6 +686,10 @@ impl<'e, D: Device> Session<'e, D> {
                     env.evaluate(*x, &self.b)
                         .map_err(|x| bad(format!("derived size: {x}")))? as u64
                 }
+                ArgSource::FastDivisor(x) => guardless_codegen::cuda::fast_divisor(
+                    env.evaluate(*x, &self.b)
+                        .map_err(|x| bad(format!("divisor: {x}")))?,
+                ),
                 ArgSource::Error => flag,
                 ArgSource::Value(v) => *v,
                 ArgSource::Workspace(x) => {

@@ -72,7 +72,9 @@ pub(super) fn step_needs(
         for a in &params[entry] {
             match a {
                 ArgSource::Symbol(x) => symbols.push(*x),
-                ArgSource::Expr(e) | ArgSource::Workspace(e) => es.push(*e),
+                ArgSource::Expr(e) | ArgSource::Workspace(e) | ArgSource::FastDivisor(e) => {
+                    es.push(*e)
+                }
                 ArgSource::Buffer(_)
                 | ArgSource::Error
                 | ArgSource::Value(_)
