@@ -322,7 +322,6 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0[gl_j]), gl_l);
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
-        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -361,29 +360,23 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
 
   // pass 1
 
-  // Every step's 16-byte words first, each step's predicated on the row's end (loads in flight together), then the steps' work.
-      uint4 gl_v3_0[4][1];
-
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_active && gl_c < gl_len) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int s_k1 = gl_rest_gl_r;
-
-        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_j][gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
-
-    }
-  }
   // Persistent: at most 4 steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < 4; ++gl_j) {
     const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
     if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int s_k1 = gl_rest_gl_r;
+
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
+
+    }
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -391,9 +384,9 @@ extern "C" __global__ void __launch_bounds__(128) reduction_ms_out_0_v0(const __
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0[gl_j]), gl_l);
+        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_c0[gl_j][gl_l];
+        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0[gl_j]), gl_l);
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);
@@ -572,7 +565,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
         const float m2_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0[gl_j]), gl_l);
         const float m2_1 = ((float)m2_0);
         const float m2_2 = (m2_1 * m2_1);
-        gl_c0[gl_j][gl_l] = m2_0;
         m2_acc[gl_l] = (m2_acc[gl_l] + m2_2);
 
       }
@@ -611,29 +603,23 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
 
   // pass 1
 
-  // Every step's 16-byte words first, each step's predicated on the row's end (loads in flight together), then the steps' work.
-      uint4 gl_v3_0[4][1];
-
-#pragma unroll
-  for (int gl_j = 0; gl_j < 4; ++gl_j) {
-    const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
-    if (gl_active && gl_c < gl_len) {
-      const int gl_r = gl_c;
-        int gl_rest_gl_r = gl_r;
-        const int s_k1 = gl_rest_gl_r;
-
-        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_j][gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
-
-    }
-  }
   // Persistent: at most 4 steps per thread; the row stays in registers.
 #pragma unroll
   for (int gl_j = 0; gl_j < 4; ++gl_j) {
     const int gl_c = (int)gl_tid * 8 + (int)gl_j * 1024;
     if (gl_c >= gl_len) break;
     // The thread's 8 lanes are whole 16-byte words of the row (the variant's predicate).
+      uint4 gl_v3_0[1];
       uint4 gl_s3[1];
 
+    if (gl_active) {
+      const int gl_r = gl_c;
+        int gl_rest_gl_r = gl_r;
+        const int s_k1 = gl_rest_gl_r;
+
+        for (int gl_w = 0; gl_w < 1; ++gl_w) gl_v3_0[gl_w] = reinterpret_cast<const uint4*>(p_w + (long long)(s_k1))[gl_w];
+
+    }
 #pragma unroll
     for (int gl_l = 0; gl_l < 8; ++gl_l) {
       const int gl_r = gl_c + gl_l;
@@ -641,9 +627,9 @@ extern "C" __global__ void __launch_bounds__(256) reduction_ms_out_0_v2(const __
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0[gl_j]), gl_l);
+        const float m3_0 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v3_0), gl_l);
         const float m3_1 = ((float)m3_0);
-        const float m3_2 = gl_c0[gl_j][gl_l];
+        const float m3_2 = gl_ld(reinterpret_cast<const __nv_bfloat16*>(gl_v2_0[gl_j]), gl_l);
         const float m3_3 = ((float)m3_2);
         const float m3_4 = m2_row;
         const float m3_5 = __int_as_float(0x45800000);

@@ -320,7 +320,6 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         const int s_k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -374,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -431,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(64) reduction_out_0_v0(const float*
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);
@@ -656,7 +655,6 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         const int s_k1 = gl_rest_gl_r;
 
         const float m1_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
-        gl_c0[gl_j][gl_l] = m1_0;
         m1_acc[gl_l] = gl_max(m1_acc[gl_l], m1_0);
 
       }
@@ -710,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m2_0 = gl_c0[gl_j][gl_l];
+        const float m2_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         const float m2_1 = m1_row;
         const float m2_2 = (m2_0 - m2_1);
         const float m2_3 = expf(m2_2);
@@ -767,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(256) reduction_out_0_v2(const float
         int gl_rest_gl_r = gl_r;
         const int s_k1 = gl_rest_gl_r;
 
-        const float m3_0 = gl_c0[gl_j][gl_l];
+        const float m3_0 = gl_ld(reinterpret_cast<const float*>(gl_v1_0[gl_j]), gl_l);
         const float m3_1 = m1_row;
         const float m3_2 = (m3_0 - m3_1);
         const float m3_3 = expf(m3_2);

@@ -175,6 +175,8 @@ pub(super) fn render_bodies(
     let mut prefetched: Vec<(&'static str, String)> = Vec::new();
     // Persistent vector passes: the per-step arrays of every step's loaded words.
     let mut hoisted_decls = String::new();
+    // Cached loads kept in their loaded words: how later passes read them.
+    let mut raw_cached: rustc_hash::FxHashMap<String, String> = rustc_hash::FxHashMap::default();
     // A persistent variant keeps the row in registers: each thread's share of an input read in
     // several passes is loaded once (first pass) into `gl_cN[chunk][lane]` and read from there
     // after. A thread handles at most `steps` chunks of `lpt` elements (the row bound).
@@ -220,15 +222,17 @@ pub(super) fn render_bodies(
             // Persistent: loads cached in an earlier pass are register reads; the first pass
             // stores what it loads.
             let mut cache_stores = String::new();
+            let mut to_cache: Vec<(usize, String, String)> = Vec::new();
             if persistent {
                 for (i, buffer, index, _) in body::unmasked_loads(body) {
                     let key = (buffer, persistent::load_key(p, &member_vars[mi], index));
                     if let Some(x) = cached.iter().find(|x| x.key == key) {
                         let slot = format!("{}[gl_j][gl_l]", x.name);
                         if x.first_pass == pass {
-                            let _ = writeln!(cache_stores, "{indent}{slot} = m{}_{i};", m.buffer.0);
+                            to_cache.push((i, x.name.clone(), slot));
                         } else {
-                            vloads.insert(i, slot);
+                            let read = raw_cached.get(&x.name).cloned().unwrap_or(slot);
+                            vloads.insert(i, read);
                         }
                     }
                 }
@@ -273,14 +277,17 @@ pub(super) fn render_bodies(
                     let t = storage_type(dt);
                     let ptr = &pointers[buffer.index()];
                     let at = p.env.to_c(at, &printer);
-                    // A persistent variant loads every step's words before the steps' work:
-                    // one array per step.
-                    let (decls, step) = if persistent {
+                    // A persistent variant's first pass loads every step's words of the row
+                    // before the steps' work (one array per step, kept for later passes); later
+                    // passes (a weight beside the cached row) load a step at a time, which keeps
+                    // the registers of 5 blocks per SM for rms_norm rather than 3.
+                    let hoist = persistent && pass == 0;
+                    let (decls, step) = if hoist {
                         (&mut hoisted_decls, "[gl_j]")
                     } else {
                         (&mut vector_decls, "")
                     };
-                    let dims = if persistent {
+                    let dims = if hoist {
                         format!("[{steps}][{words}]")
                     } else {
                         format!("[{words}]")
@@ -325,6 +332,19 @@ pub(super) fn render_bodies(
                 }
                 _ => None,
             };
+            // A cached load that moved as 16-byte words stays in its per-step words (every step's
+            // are loaded first, and kept): later passes read them there, not from a widened copy
+            // (a bf16 row takes half the registers); others go to the cache.
+            for (i, name, slot) in to_cache {
+                match vloads.get(&i) {
+                    Some(words) => {
+                        raw_cached.entry(name).or_insert_with(|| words.clone());
+                    }
+                    None => {
+                        let _ = writeln!(cache_stores, "{indent}{slot} = m{}_{i};", m.buffer.0);
+                    }
+                }
+            }
             let mut sc = Scope {
                 env: &mut p.env,
                 printer: &printer,
