@@ -446,16 +446,29 @@ fn check_paged(f: Paged, batches: &[&[(i64, i64)]]) {
         let what = format!("{f:?} on {seqs:?}");
         let (inputs, values) = paged_inputs(&g, f, seqs, s as u64);
         let b = bindings_of(&what, &g, &values);
-        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
-        let want = reference::run(&g, &inputs, &b);
-        assert!(want.is_ok(), "{what}: {want:?}");
-        let got = cpu.run(&inputs, &b, &options);
-        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
-        assert!(
-            judge_accurate(&what, got, want, &values, true, Some(&ideal)),
-            "{what}: refused"
-        );
+        assert_matches_reference(&what, &g, (&cpu, &options), &inputs, &b, &values);
     }
+}
+
+/// Runs `g` compiled (`cpu` with `options`) on `inputs` at `b` and judges it against the
+/// reference (and the unrounded reference for accuracy).
+fn assert_matches_reference(
+    what: &str,
+    g: &Graph,
+    (cpu, options): (&CpuProgram, &RunOptions),
+    inputs: &[HostTensor],
+    b: &guardless_ir::sym::Bindings,
+    values: &[(&str, i64)],
+) {
+    let b = reference::bind_inputs(g, inputs, b).unwrap();
+    let want = reference::run(g, inputs, &b);
+    assert!(want.is_ok(), "{what}: {want:?}");
+    let got = cpu.run(inputs, &b, options);
+    let ideal = || reference::run_unrounded(g, inputs, &b).unwrap();
+    assert!(
+        judge_accurate(what, got, want, values, true, Some(&ideal)),
+        "{what}: refused"
+    );
 }
 
 #[test]
@@ -535,15 +548,7 @@ fn paged_attention_reads_caches_that_are_views_of_a_pool() {
         let mut inputs = random_inputs(&g, &b, 40 + s as u64, (-3, 7));
         inputs[0] = plain_inputs[0].clone();
         inputs[2..].clone_from_slice(&plain_inputs[3..]);
-        let b = reference::bind_inputs(&g, &inputs, &b).unwrap();
-        let want = reference::run(&g, &inputs, &b);
-        assert!(want.is_ok(), "{what}: {want:?}");
-        let got = cpu.run(&inputs, &b, &options);
-        let ideal = || reference::run_unrounded(&g, &inputs, &b).unwrap();
-        assert!(
-            judge_accurate(&what, got, want, &values, true, Some(&ideal)),
-            "{what}: refused"
-        );
+        assert_matches_reference(&what, &g, (&cpu, &options), &inputs, &b, &values);
     }
 }
 

@@ -499,12 +499,6 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
     for (i, &(buf, _, _)) in accesses.iter().enumerate() {
         vectorizable[i] &= !scalar_buffers.contains(&buf);
     }
-    let sizes: Vec<usize> = accesses
-        .iter()
-        .zip(&vectorizable)
-        .filter(|(_, &vz)| vz)
-        .map(|((b, _, _), _)| p.buffers[b.index()].dtype.size())
-        .collect();
     // 16 bytes of the widest access that changes along the vector (a read of one element for
     // the whole vector does not narrow it); narrower accesses move as 8- or 4-byte words.
     let vector_max = (16
@@ -537,7 +531,7 @@ pub fn configure(p: &mut Program, mut k: Kernel, loop_symbols: &mut LoopSymbols)
         Vec::new(),
         innermost_var.is_some()
             && vector_max > 1
-            && (!sizes.is_empty() || scalar_buffers.is_empty()),
+            && (vectorizable.contains(&true) || scalar_buffers.is_empty()),
     );
     if let Some(v) = innermost_var.filter(|_| vec_ok) {
         // A thread's chunk lies within one line of the innermost dimension.

@@ -155,13 +155,19 @@ fn sliced_layout(
     if step != 1 {
         return None;
     }
-    let mut v = layout.clone();
-    let p = l.env.pool_mut();
-    let skipped = p.mul(start, layout.strides[dim]);
-    let offset = p.add(layout.offset, skipped);
-    v.offset = l.env.simplify(offset);
+    let mut v = advanced(l, layout, dim, start);
     v.sizes[dim] = len;
     Some((*base, v))
+}
+
+/// `layout` with its offset moved `at` elements along dimension `dim`.
+fn advanced(l: &mut Lowerer, layout: &Layout, dim: usize, at: Expr) -> Layout {
+    let mut v = layout.clone();
+    let p = l.env.pool_mut();
+    let skipped = p.mul(at, layout.strides[dim]);
+    let offset = p.add(layout.offset, skipped);
+    v.offset = l.env.simplify(offset);
+    v
 }
 
 /// The strided view without dimension `dim` (at position `at` of it) of `x`'s, when `x` is one
@@ -179,11 +185,7 @@ fn selected_layout(
     if dense {
         return None;
     }
-    let mut v = layout.clone();
-    let p = l.env.pool_mut();
-    let skipped = p.mul(at, layout.strides[dim]);
-    let offset = p.add(layout.offset, skipped);
-    v.offset = l.env.simplify(offset);
+    let mut v = advanced(l, layout, dim, at);
     v.sizes.remove(dim);
     v.strides.remove(dim);
     Some((*base, v))
